@@ -150,12 +150,22 @@ OPGEN_MICROKERNEL void log_soft_max_backward_f32_apply_of(const opgen_lines_call
         opgen_load_block_f32(diff_dst_block, diff_dst + at, OPGEN_PREFETCH_BYTES);
         float dst_block[OPGEN_BLOCK];
         opgen_load_block_f32(dst_block, dst + at, OPGEN_PREFETCH_BYTES);
-        OPGEN_SIMD_FLOAT
-        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-            const double diff_dst_value = (double)diff_dst_block[lane];
-            const double dst_value = (double)dst_block[lane];
-            const double diff_src_value = (diff_dst_value - (opgen_exp(dst_value) * sum_diff_dst_line));
-            diff_src_block[lane] = (float)diff_src_value;
+        if (opgen_all_nonpositive(dst_block)) {
+            OPGEN_SIMD_FLOAT
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                const double diff_dst_value = (double)diff_dst_block[lane];
+                const double dst_value = (double)dst_block[lane];
+                const double diff_src_value = (diff_dst_value - (opgen_exp_nonpositive(dst_value) * sum_diff_dst_line));
+                diff_src_block[lane] = (float)diff_src_value;
+            }
+        } else {
+            OPGEN_SIMD_FLOAT
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                const double diff_dst_value = (double)diff_dst_block[lane];
+                const double dst_value = (double)dst_block[lane];
+                const double diff_src_value = (diff_dst_value - (opgen_exp(dst_value) * sum_diff_dst_line));
+                diff_src_block[lane] = (float)diff_src_value;
+            }
         }
         opgen_store_block_f32(diff_src + at, diff_src_block, opgen_stream);
     }
@@ -166,12 +176,22 @@ OPGEN_MICROKERNEL void log_soft_max_backward_f32_apply_of(const opgen_lines_call
         opgen_load_part_f32(diff_dst_block, diff_dst + at, filled);
         float dst_block[OPGEN_BLOCK];
         opgen_load_part_f32(dst_block, dst + at, filled);
-        OPGEN_SIMD_FLOAT
-        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-            const double diff_dst_value = (double)diff_dst_block[lane];
-            const double dst_value = (double)dst_block[lane];
-            const double diff_src_value = (diff_dst_value - (opgen_exp(dst_value) * sum_diff_dst_line));
-            diff_src_block[lane] = (float)diff_src_value;
+        if (opgen_all_nonpositive(dst_block)) {
+            OPGEN_SIMD_FLOAT
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                const double diff_dst_value = (double)diff_dst_block[lane];
+                const double dst_value = (double)dst_block[lane];
+                const double diff_src_value = (diff_dst_value - (opgen_exp_nonpositive(dst_value) * sum_diff_dst_line));
+                diff_src_block[lane] = (float)diff_src_value;
+            }
+        } else {
+            OPGEN_SIMD_FLOAT
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                const double diff_dst_value = (double)diff_dst_block[lane];
+                const double dst_value = (double)dst_block[lane];
+                const double diff_src_value = (diff_dst_value - (opgen_exp(dst_value) * sum_diff_dst_line));
+                diff_src_block[lane] = (float)diff_src_value;
+            }
         }
         opgen_store_part_f32(diff_src + at, diff_src_block, filled, opgen_stream);
     }
@@ -213,13 +233,24 @@ OPGEN_MICROKERNEL void log_soft_max_backward_f32_apply_columns_of(const opgen_li
                 float dst_block[OPGEN_BLOCK];
                 opgen_load_block_f32(dst_block, dst + r * inner + opgen_at, 0);
                 float diff_src_block[OPGEN_BLOCK];
-                OPGEN_SIMD_FLOAT
-                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                    const double diff_dst_value = (double)diff_dst_block[lane];
-                    const double dst_value = (double)dst_block[lane];
-                    const double sum_diff_dst_line = sum_diff_dst_line_lanes[opgen_at + lane];
-                    const double diff_src_value = (diff_dst_value - (opgen_exp(dst_value) * sum_diff_dst_line));
-                    diff_src_block[lane] = (float)diff_src_value;
+                if (opgen_all_nonpositive(dst_block)) {
+                    OPGEN_SIMD_FLOAT
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        const double diff_dst_value = (double)diff_dst_block[lane];
+                        const double dst_value = (double)dst_block[lane];
+                        const double sum_diff_dst_line = sum_diff_dst_line_lanes[opgen_at + lane];
+                        const double diff_src_value = (diff_dst_value - (opgen_exp_nonpositive(dst_value) * sum_diff_dst_line));
+                        diff_src_block[lane] = (float)diff_src_value;
+                    }
+                } else {
+                    OPGEN_SIMD_FLOAT
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        const double diff_dst_value = (double)diff_dst_block[lane];
+                        const double dst_value = (double)dst_block[lane];
+                        const double sum_diff_dst_line = sum_diff_dst_line_lanes[opgen_at + lane];
+                        const double diff_src_value = (diff_dst_value - (opgen_exp(dst_value) * sum_diff_dst_line));
+                        diff_src_block[lane] = (float)diff_src_value;
+                    }
                 }
                 opgen_store_block_f32(diff_src + r * inner + opgen_at, diff_src_block, opgen_stream);
             }
@@ -234,13 +265,24 @@ OPGEN_MICROKERNEL void log_soft_max_backward_f32_apply_columns_of(const opgen_li
                     float dst_block[OPGEN_BLOCK];
                     opgen_load_block_f32(dst_block, dst + r * inner + opgen_at, 0);
                     float diff_src_block[OPGEN_BLOCK];
-                    OPGEN_SIMD_FLOAT
-                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                        const double diff_dst_value = (double)diff_dst_block[lane];
-                        const double dst_value = (double)dst_block[lane];
-                        const double sum_diff_dst_line = sum_diff_dst_line_lanes[opgen_at + lane];
-                        const double diff_src_value = (diff_dst_value - (opgen_exp(dst_value) * sum_diff_dst_line));
-                        diff_src_block[lane] = (float)diff_src_value;
+                    if (opgen_all_nonpositive(dst_block)) {
+                        OPGEN_SIMD_FLOAT
+                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                            const double diff_dst_value = (double)diff_dst_block[lane];
+                            const double dst_value = (double)dst_block[lane];
+                            const double sum_diff_dst_line = sum_diff_dst_line_lanes[opgen_at + lane];
+                            const double diff_src_value = (diff_dst_value - (opgen_exp_nonpositive(dst_value) * sum_diff_dst_line));
+                            diff_src_block[lane] = (float)diff_src_value;
+                        }
+                    } else {
+                        OPGEN_SIMD_FLOAT
+                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                            const double diff_dst_value = (double)diff_dst_block[lane];
+                            const double dst_value = (double)dst_block[lane];
+                            const double sum_diff_dst_line = sum_diff_dst_line_lanes[opgen_at + lane];
+                            const double diff_src_value = (diff_dst_value - (opgen_exp(dst_value) * sum_diff_dst_line));
+                            diff_src_block[lane] = (float)diff_src_value;
+                        }
                     }
                     opgen_store_block_f32(diff_src + r * inner + opgen_at, diff_src_block, opgen_stream);
                 }
@@ -251,13 +293,24 @@ OPGEN_MICROKERNEL void log_soft_max_backward_f32_apply_columns_of(const opgen_li
                     float dst_block[OPGEN_BLOCK];
                     opgen_load_part_f32(dst_block, dst + r * inner + opgen_at, filled);
                     float diff_src_block[OPGEN_BLOCK];
-                    OPGEN_SIMD_FLOAT
-                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                        const double diff_dst_value = (double)diff_dst_block[lane];
-                        const double dst_value = (double)dst_block[lane];
-                        const double sum_diff_dst_line = sum_diff_dst_line_lanes[opgen_at + lane];
-                        const double diff_src_value = (diff_dst_value - (opgen_exp(dst_value) * sum_diff_dst_line));
-                        diff_src_block[lane] = (float)diff_src_value;
+                    if (opgen_all_nonpositive(dst_block)) {
+                        OPGEN_SIMD_FLOAT
+                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                            const double diff_dst_value = (double)diff_dst_block[lane];
+                            const double dst_value = (double)dst_block[lane];
+                            const double sum_diff_dst_line = sum_diff_dst_line_lanes[opgen_at + lane];
+                            const double diff_src_value = (diff_dst_value - (opgen_exp_nonpositive(dst_value) * sum_diff_dst_line));
+                            diff_src_block[lane] = (float)diff_src_value;
+                        }
+                    } else {
+                        OPGEN_SIMD_FLOAT
+                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                            const double diff_dst_value = (double)diff_dst_block[lane];
+                            const double dst_value = (double)dst_block[lane];
+                            const double sum_diff_dst_line = sum_diff_dst_line_lanes[opgen_at + lane];
+                            const double diff_src_value = (diff_dst_value - (opgen_exp(dst_value) * sum_diff_dst_line));
+                            diff_src_block[lane] = (float)diff_src_value;
+                        }
                     }
                     opgen_store_part_f32(diff_src + r * inner + opgen_at, diff_src_block, filled, opgen_stream);
                 }
@@ -442,12 +495,22 @@ OPGEN_MICROKERNEL void log_soft_max_backward_bf16_apply_of(const opgen_lines_cal
         opgen_load_block_bf16(diff_dst_block, diff_dst + at, OPGEN_PREFETCH_BYTES);
         float dst_block[OPGEN_BLOCK];
         opgen_load_block_bf16(dst_block, dst + at, OPGEN_PREFETCH_BYTES);
-        OPGEN_SIMD_FLOAT
-        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-            const double diff_dst_value = (double)diff_dst_block[lane];
-            const double dst_value = (double)dst_block[lane];
-            const double diff_src_value = (diff_dst_value - (opgen_exp(dst_value) * sum_diff_dst_line));
-            diff_src_block[lane] = (float)diff_src_value;
+        if (opgen_all_nonpositive(dst_block)) {
+            OPGEN_SIMD_FLOAT
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                const double diff_dst_value = (double)diff_dst_block[lane];
+                const double dst_value = (double)dst_block[lane];
+                const double diff_src_value = (diff_dst_value - (opgen_exp_nonpositive(dst_value) * sum_diff_dst_line));
+                diff_src_block[lane] = (float)diff_src_value;
+            }
+        } else {
+            OPGEN_SIMD_FLOAT
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                const double diff_dst_value = (double)diff_dst_block[lane];
+                const double dst_value = (double)dst_block[lane];
+                const double diff_src_value = (diff_dst_value - (opgen_exp(dst_value) * sum_diff_dst_line));
+                diff_src_block[lane] = (float)diff_src_value;
+            }
         }
         opgen_store_block_bf16(diff_src + at, diff_src_block, opgen_stream);
     }
@@ -458,12 +521,22 @@ OPGEN_MICROKERNEL void log_soft_max_backward_bf16_apply_of(const opgen_lines_cal
         opgen_load_part_bf16(diff_dst_block, diff_dst + at, filled);
         float dst_block[OPGEN_BLOCK];
         opgen_load_part_bf16(dst_block, dst + at, filled);
-        OPGEN_SIMD_FLOAT
-        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-            const double diff_dst_value = (double)diff_dst_block[lane];
-            const double dst_value = (double)dst_block[lane];
-            const double diff_src_value = (diff_dst_value - (opgen_exp(dst_value) * sum_diff_dst_line));
-            diff_src_block[lane] = (float)diff_src_value;
+        if (opgen_all_nonpositive(dst_block)) {
+            OPGEN_SIMD_FLOAT
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                const double diff_dst_value = (double)diff_dst_block[lane];
+                const double dst_value = (double)dst_block[lane];
+                const double diff_src_value = (diff_dst_value - (opgen_exp_nonpositive(dst_value) * sum_diff_dst_line));
+                diff_src_block[lane] = (float)diff_src_value;
+            }
+        } else {
+            OPGEN_SIMD_FLOAT
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                const double diff_dst_value = (double)diff_dst_block[lane];
+                const double dst_value = (double)dst_block[lane];
+                const double diff_src_value = (diff_dst_value - (opgen_exp(dst_value) * sum_diff_dst_line));
+                diff_src_block[lane] = (float)diff_src_value;
+            }
         }
         opgen_store_part_bf16(diff_src + at, diff_src_block, filled, opgen_stream);
     }
@@ -505,13 +578,24 @@ OPGEN_MICROKERNEL void log_soft_max_backward_bf16_apply_columns_of(const opgen_l
                 float dst_block[OPGEN_BLOCK];
                 opgen_load_block_bf16(dst_block, dst + r * inner + opgen_at, 0);
                 float diff_src_block[OPGEN_BLOCK];
-                OPGEN_SIMD_FLOAT
-                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                    const double diff_dst_value = (double)diff_dst_block[lane];
-                    const double dst_value = (double)dst_block[lane];
-                    const double sum_diff_dst_line = sum_diff_dst_line_lanes[opgen_at + lane];
-                    const double diff_src_value = (diff_dst_value - (opgen_exp(dst_value) * sum_diff_dst_line));
-                    diff_src_block[lane] = (float)diff_src_value;
+                if (opgen_all_nonpositive(dst_block)) {
+                    OPGEN_SIMD_FLOAT
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        const double diff_dst_value = (double)diff_dst_block[lane];
+                        const double dst_value = (double)dst_block[lane];
+                        const double sum_diff_dst_line = sum_diff_dst_line_lanes[opgen_at + lane];
+                        const double diff_src_value = (diff_dst_value - (opgen_exp_nonpositive(dst_value) * sum_diff_dst_line));
+                        diff_src_block[lane] = (float)diff_src_value;
+                    }
+                } else {
+                    OPGEN_SIMD_FLOAT
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        const double diff_dst_value = (double)diff_dst_block[lane];
+                        const double dst_value = (double)dst_block[lane];
+                        const double sum_diff_dst_line = sum_diff_dst_line_lanes[opgen_at + lane];
+                        const double diff_src_value = (diff_dst_value - (opgen_exp(dst_value) * sum_diff_dst_line));
+                        diff_src_block[lane] = (float)diff_src_value;
+                    }
                 }
                 opgen_store_block_bf16(diff_src + r * inner + opgen_at, diff_src_block, opgen_stream);
             }
@@ -526,13 +610,24 @@ OPGEN_MICROKERNEL void log_soft_max_backward_bf16_apply_columns_of(const opgen_l
                     float dst_block[OPGEN_BLOCK];
                     opgen_load_block_bf16(dst_block, dst + r * inner + opgen_at, 0);
                     float diff_src_block[OPGEN_BLOCK];
-                    OPGEN_SIMD_FLOAT
-                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                        const double diff_dst_value = (double)diff_dst_block[lane];
-                        const double dst_value = (double)dst_block[lane];
-                        const double sum_diff_dst_line = sum_diff_dst_line_lanes[opgen_at + lane];
-                        const double diff_src_value = (diff_dst_value - (opgen_exp(dst_value) * sum_diff_dst_line));
-                        diff_src_block[lane] = (float)diff_src_value;
+                    if (opgen_all_nonpositive(dst_block)) {
+                        OPGEN_SIMD_FLOAT
+                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                            const double diff_dst_value = (double)diff_dst_block[lane];
+                            const double dst_value = (double)dst_block[lane];
+                            const double sum_diff_dst_line = sum_diff_dst_line_lanes[opgen_at + lane];
+                            const double diff_src_value = (diff_dst_value - (opgen_exp_nonpositive(dst_value) * sum_diff_dst_line));
+                            diff_src_block[lane] = (float)diff_src_value;
+                        }
+                    } else {
+                        OPGEN_SIMD_FLOAT
+                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                            const double diff_dst_value = (double)diff_dst_block[lane];
+                            const double dst_value = (double)dst_block[lane];
+                            const double sum_diff_dst_line = sum_diff_dst_line_lanes[opgen_at + lane];
+                            const double diff_src_value = (diff_dst_value - (opgen_exp(dst_value) * sum_diff_dst_line));
+                            diff_src_block[lane] = (float)diff_src_value;
+                        }
                     }
                     opgen_store_block_bf16(diff_src + r * inner + opgen_at, diff_src_block, opgen_stream);
                 }
@@ -543,13 +638,24 @@ OPGEN_MICROKERNEL void log_soft_max_backward_bf16_apply_columns_of(const opgen_l
                     float dst_block[OPGEN_BLOCK];
                     opgen_load_part_bf16(dst_block, dst + r * inner + opgen_at, filled);
                     float diff_src_block[OPGEN_BLOCK];
-                    OPGEN_SIMD_FLOAT
-                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                        const double diff_dst_value = (double)diff_dst_block[lane];
-                        const double dst_value = (double)dst_block[lane];
-                        const double sum_diff_dst_line = sum_diff_dst_line_lanes[opgen_at + lane];
-                        const double diff_src_value = (diff_dst_value - (opgen_exp(dst_value) * sum_diff_dst_line));
-                        diff_src_block[lane] = (float)diff_src_value;
+                    if (opgen_all_nonpositive(dst_block)) {
+                        OPGEN_SIMD_FLOAT
+                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                            const double diff_dst_value = (double)diff_dst_block[lane];
+                            const double dst_value = (double)dst_block[lane];
+                            const double sum_diff_dst_line = sum_diff_dst_line_lanes[opgen_at + lane];
+                            const double diff_src_value = (diff_dst_value - (opgen_exp_nonpositive(dst_value) * sum_diff_dst_line));
+                            diff_src_block[lane] = (float)diff_src_value;
+                        }
+                    } else {
+                        OPGEN_SIMD_FLOAT
+                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                            const double diff_dst_value = (double)diff_dst_block[lane];
+                            const double dst_value = (double)dst_block[lane];
+                            const double sum_diff_dst_line = sum_diff_dst_line_lanes[opgen_at + lane];
+                            const double diff_src_value = (diff_dst_value - (opgen_exp(dst_value) * sum_diff_dst_line));
+                            diff_src_block[lane] = (float)diff_src_value;
+                        }
                     }
                     opgen_store_part_bf16(diff_src + r * inner + opgen_at, diff_src_block, filled, opgen_stream);
                 }
@@ -734,12 +840,22 @@ OPGEN_MICROKERNEL void log_soft_max_backward_f16_apply_of(const opgen_lines_call
         opgen_load_block_f16(diff_dst_block, diff_dst + at, OPGEN_PREFETCH_BYTES);
         float dst_block[OPGEN_BLOCK];
         opgen_load_block_f16(dst_block, dst + at, OPGEN_PREFETCH_BYTES);
-        OPGEN_SIMD_FLOAT
-        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-            const float diff_dst_value = (float)diff_dst_block[lane];
-            const float dst_value = (float)dst_block[lane];
-            const float diff_src_value = (diff_dst_value - (opgen_expf(dst_value) * sum_diff_dst_line));
-            diff_src_block[lane] = (float)diff_src_value;
+        if (opgen_all_nonpositive(dst_block)) {
+            OPGEN_SIMD_FLOAT
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                const float diff_dst_value = (float)diff_dst_block[lane];
+                const float dst_value = (float)dst_block[lane];
+                const float diff_src_value = (diff_dst_value - (opgen_exp_nonpositivef(dst_value) * sum_diff_dst_line));
+                diff_src_block[lane] = (float)diff_src_value;
+            }
+        } else {
+            OPGEN_SIMD_FLOAT
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                const float diff_dst_value = (float)diff_dst_block[lane];
+                const float dst_value = (float)dst_block[lane];
+                const float diff_src_value = (diff_dst_value - (opgen_expf(dst_value) * sum_diff_dst_line));
+                diff_src_block[lane] = (float)diff_src_value;
+            }
         }
         opgen_store_block_f16(diff_src + at, diff_src_block, opgen_stream);
     }
@@ -750,12 +866,22 @@ OPGEN_MICROKERNEL void log_soft_max_backward_f16_apply_of(const opgen_lines_call
         opgen_load_part_f16(diff_dst_block, diff_dst + at, filled);
         float dst_block[OPGEN_BLOCK];
         opgen_load_part_f16(dst_block, dst + at, filled);
-        OPGEN_SIMD_FLOAT
-        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-            const float diff_dst_value = (float)diff_dst_block[lane];
-            const float dst_value = (float)dst_block[lane];
-            const float diff_src_value = (diff_dst_value - (opgen_expf(dst_value) * sum_diff_dst_line));
-            diff_src_block[lane] = (float)diff_src_value;
+        if (opgen_all_nonpositive(dst_block)) {
+            OPGEN_SIMD_FLOAT
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                const float diff_dst_value = (float)diff_dst_block[lane];
+                const float dst_value = (float)dst_block[lane];
+                const float diff_src_value = (diff_dst_value - (opgen_exp_nonpositivef(dst_value) * sum_diff_dst_line));
+                diff_src_block[lane] = (float)diff_src_value;
+            }
+        } else {
+            OPGEN_SIMD_FLOAT
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                const float diff_dst_value = (float)diff_dst_block[lane];
+                const float dst_value = (float)dst_block[lane];
+                const float diff_src_value = (diff_dst_value - (opgen_expf(dst_value) * sum_diff_dst_line));
+                diff_src_block[lane] = (float)diff_src_value;
+            }
         }
         opgen_store_part_f16(diff_src + at, diff_src_block, filled, opgen_stream);
     }
@@ -797,13 +923,24 @@ OPGEN_MICROKERNEL void log_soft_max_backward_f16_apply_columns_of(const opgen_li
                 float dst_block[OPGEN_BLOCK];
                 opgen_load_block_f16(dst_block, dst + r * inner + opgen_at, 0);
                 float diff_src_block[OPGEN_BLOCK];
-                OPGEN_SIMD_FLOAT
-                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                    const float diff_dst_value = (float)diff_dst_block[lane];
-                    const float dst_value = (float)dst_block[lane];
-                    const float sum_diff_dst_line = sum_diff_dst_line_lanes[opgen_at + lane];
-                    const float diff_src_value = (diff_dst_value - (opgen_expf(dst_value) * sum_diff_dst_line));
-                    diff_src_block[lane] = (float)diff_src_value;
+                if (opgen_all_nonpositive(dst_block)) {
+                    OPGEN_SIMD_FLOAT
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        const float diff_dst_value = (float)diff_dst_block[lane];
+                        const float dst_value = (float)dst_block[lane];
+                        const float sum_diff_dst_line = sum_diff_dst_line_lanes[opgen_at + lane];
+                        const float diff_src_value = (diff_dst_value - (opgen_exp_nonpositivef(dst_value) * sum_diff_dst_line));
+                        diff_src_block[lane] = (float)diff_src_value;
+                    }
+                } else {
+                    OPGEN_SIMD_FLOAT
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        const float diff_dst_value = (float)diff_dst_block[lane];
+                        const float dst_value = (float)dst_block[lane];
+                        const float sum_diff_dst_line = sum_diff_dst_line_lanes[opgen_at + lane];
+                        const float diff_src_value = (diff_dst_value - (opgen_expf(dst_value) * sum_diff_dst_line));
+                        diff_src_block[lane] = (float)diff_src_value;
+                    }
                 }
                 opgen_store_block_f16(diff_src + r * inner + opgen_at, diff_src_block, opgen_stream);
             }
@@ -818,13 +955,24 @@ OPGEN_MICROKERNEL void log_soft_max_backward_f16_apply_columns_of(const opgen_li
                     float dst_block[OPGEN_BLOCK];
                     opgen_load_block_f16(dst_block, dst + r * inner + opgen_at, 0);
                     float diff_src_block[OPGEN_BLOCK];
-                    OPGEN_SIMD_FLOAT
-                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                        const float diff_dst_value = (float)diff_dst_block[lane];
-                        const float dst_value = (float)dst_block[lane];
-                        const float sum_diff_dst_line = sum_diff_dst_line_lanes[opgen_at + lane];
-                        const float diff_src_value = (diff_dst_value - (opgen_expf(dst_value) * sum_diff_dst_line));
-                        diff_src_block[lane] = (float)diff_src_value;
+                    if (opgen_all_nonpositive(dst_block)) {
+                        OPGEN_SIMD_FLOAT
+                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                            const float diff_dst_value = (float)diff_dst_block[lane];
+                            const float dst_value = (float)dst_block[lane];
+                            const float sum_diff_dst_line = sum_diff_dst_line_lanes[opgen_at + lane];
+                            const float diff_src_value = (diff_dst_value - (opgen_exp_nonpositivef(dst_value) * sum_diff_dst_line));
+                            diff_src_block[lane] = (float)diff_src_value;
+                        }
+                    } else {
+                        OPGEN_SIMD_FLOAT
+                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                            const float diff_dst_value = (float)diff_dst_block[lane];
+                            const float dst_value = (float)dst_block[lane];
+                            const float sum_diff_dst_line = sum_diff_dst_line_lanes[opgen_at + lane];
+                            const float diff_src_value = (diff_dst_value - (opgen_expf(dst_value) * sum_diff_dst_line));
+                            diff_src_block[lane] = (float)diff_src_value;
+                        }
                     }
                     opgen_store_block_f16(diff_src + r * inner + opgen_at, diff_src_block, opgen_stream);
                 }
@@ -835,13 +983,24 @@ OPGEN_MICROKERNEL void log_soft_max_backward_f16_apply_columns_of(const opgen_li
                     float dst_block[OPGEN_BLOCK];
                     opgen_load_part_f16(dst_block, dst + r * inner + opgen_at, filled);
                     float diff_src_block[OPGEN_BLOCK];
-                    OPGEN_SIMD_FLOAT
-                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                        const float diff_dst_value = (float)diff_dst_block[lane];
-                        const float dst_value = (float)dst_block[lane];
-                        const float sum_diff_dst_line = sum_diff_dst_line_lanes[opgen_at + lane];
-                        const float diff_src_value = (diff_dst_value - (opgen_expf(dst_value) * sum_diff_dst_line));
-                        diff_src_block[lane] = (float)diff_src_value;
+                    if (opgen_all_nonpositive(dst_block)) {
+                        OPGEN_SIMD_FLOAT
+                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                            const float diff_dst_value = (float)diff_dst_block[lane];
+                            const float dst_value = (float)dst_block[lane];
+                            const float sum_diff_dst_line = sum_diff_dst_line_lanes[opgen_at + lane];
+                            const float diff_src_value = (diff_dst_value - (opgen_exp_nonpositivef(dst_value) * sum_diff_dst_line));
+                            diff_src_block[lane] = (float)diff_src_value;
+                        }
+                    } else {
+                        OPGEN_SIMD_FLOAT
+                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                            const float diff_dst_value = (float)diff_dst_block[lane];
+                            const float dst_value = (float)dst_block[lane];
+                            const float sum_diff_dst_line = sum_diff_dst_line_lanes[opgen_at + lane];
+                            const float diff_src_value = (diff_dst_value - (opgen_expf(dst_value) * sum_diff_dst_line));
+                            diff_src_block[lane] = (float)diff_src_value;
+                        }
                     }
                     opgen_store_part_f16(diff_src + r * inner + opgen_at, diff_src_block, filled, opgen_stream);
                 }

@@ -392,6 +392,37 @@ static inline int opgen_all_in_range(const float *values, int count, uint32_t lo
     return largest <= high && smallest_less_one >= low - 1u;
 }
 
+/* Every one of the OPGEN_BLOCK floats of `block` is at most 0 (a NaN is not): the check that
+ * lets a block call the exp of an argument never above 0 (opgen_exp_nonpositive, the same bits
+ * as opgen_exp there) where the math cannot show the sign (lines.LinesKernel.nonpositive_checks).
+ * One compare per 8 or 16 floats; the portable loop ORs the lanes' "above 0 or NaN" flags,
+ * which compilers vectorize. */
+static inline int opgen_all_nonpositive(const float *block)
+{
+#if OPGEN_USE_AVX512F
+    if (OPGEN_BLOCK % 16 == 0) {
+        __mmask16 above = 0;
+        for (int index = 0; index < OPGEN_BLOCK; index += 16) {
+            above |= _mm512_cmp_ps_mask(_mm512_loadu_ps(block + index), _mm512_setzero_ps(), _CMP_NLE_UQ);
+        }
+        return above == 0;
+    }
+#elif OPGEN_USE_AVX2
+    if (OPGEN_BLOCK % 8 == 0) {
+        __m256 above = _mm256_setzero_ps();
+        for (int index = 0; index < OPGEN_BLOCK; index += 8) {
+            above = _mm256_or_ps(above, _mm256_cmp_ps(_mm256_loadu_ps(block + index), _mm256_setzero_ps(), _CMP_NLE_UQ));
+        }
+        return _mm256_testz_ps(above, above);
+    }
+#endif
+    int above = 0;
+    for (int index = 0; index < OPGEN_BLOCK; ++index) {
+        above |= !(block[index] <= 0.0f);
+    }
+    return !above;
+}
+
 static inline int64_t opgen_min(int64_t a, int64_t b)
 {
     return a < b ? a : b;

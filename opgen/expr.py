@@ -227,6 +227,7 @@ def to_c(
     functions: Mapping[str, str] | None = None,
     maxima: Mapping[str, ast.expr] | None = None,
     exp_nonpositive: str = "opgen_exp_nonpositive",
+    checked_nonpositive: frozenset[str] = frozenset(),
 ) -> str:
     """C text of a checked expression; `variables` maps each spec name to its C spelling,
     `functions` a function to another C name than FUNCTIONS' (before the suffix), `maxima`
@@ -234,7 +235,9 @@ def to_c(
 
     An exp whose argument is never above 0 (nonpositive) calls `exp_nonpositive` (before the
     suffix): opgen_exp_nonpositive, the same bits as opgen_exp there in fewer operations, or
-    the along_axes kernels' opgen_exp_line (EXP_LINE), as accurate, not the same bits.
+    the along_axes kernels' opgen_exp_line (EXP_LINE), as accurate, not the same bits. An exp
+    of a name in `checked_nonpositive`, which the caller has checked to be at most 0 where this
+    code runs, calls opgen_exp_nonpositive: the same bits as opgen_exp.
 
     Both arms of `a if c else b` become arguments of the function `select`, so both are
     always computed and the compiler can turn the choice into a vector blend; `and`/`or`
@@ -277,6 +280,8 @@ def to_c(
                 c_name = functions[name] + math_suffix
             elif name == "exp" and nonpositive(node.args[0], maxima or {}):
                 c_name = exp_nonpositive + math_suffix
+            elif name == "exp" and isinstance(node.args[0], ast.Name) and node.args[0].id in checked_nonpositive:
+                c_name = "opgen_exp_nonpositive" + math_suffix
             else:
                 c_name = FUNCTIONS[name][1] + math_suffix
             return f"{c_name}(" + ", ".join(emit(arg) for arg in node.args) + ")"

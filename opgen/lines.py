@@ -104,6 +104,8 @@ class Element:
     name: str
     c: str  # in the compute type
     output: Operand | None
+    # c where every input of the kernel's nonpositive_checks is at most 0 ("" without checks)
+    c_nonpositive: str = ""
 
 
 @dataclass(frozen=True)
@@ -140,6 +142,12 @@ class LinesKernel:
     scratch_output: Operand | None = None
     scratch_elements: tuple[Element, ...] = ()
     scratch_reads: tuple[Operand, ...] = ()
+    # tensor inputs the element math takes the exp of, whose sign it cannot show: where a
+    # block's values of each are all at most 0 (opgen_all_nonpositive), the block computes
+    # Element.c_nonpositive, whose exp of them is opgen_exp_nonpositive (the same bits in fewer
+    # operations: LogSoftmaxBackward's exp(dst), dst a log-probability, took 0.81-0.86 of the
+    # time); other blocks compute Element.c
+    nonpositive_checks: tuple[Operand, ...] = ()
 
 
 def _load(dtype: DType, compute: str) -> str:
@@ -183,8 +191,11 @@ class _Writer:
     element_spelling: dict[str, str]
     maxima: dict[str, ast.expr]  # line values that are a line_max, by their term (expr.nonpositive)
 
-    def c_text(self, tree: ast.expr, kind: str, spelled: dict[str, str] | None = None) -> str:
-        """`tree` in C in type `kind`, its names as `spelled` (element code by default)."""
+    def c_text(
+        self, tree: ast.expr, kind: str, spelled: dict[str, str] | None = None, checked: frozenset[str] = frozenset()
+    ) -> str:
+        """`tree` in C in type `kind`, its names as `spelled` (element code by default); the exp
+        of a name in `checked`, checked to be at most 0, as opgen_exp_nonpositive."""
         names = self.element_spelling if spelled is None else spelled
         variables = {n: names[n] for n in expr.names(tree)}
         style = self.style[kind]
@@ -196,6 +207,7 @@ class _Writer:
             f"opgen_select_{kind}",
             maxima=self.maxima,
             exp_nonpositive=expr.EXP_LINE,
+            checked_nonpositive=checked,
         )
 
     def line_spelling(self, kind: str) -> dict[str, str]:
@@ -272,7 +284,8 @@ def kernel(spec: OpSpec, name: str, row: dict[str, str], constants: dict[str, bo
     )
     float_outputs = all(output_operands[n].c_type == "float" for n, _ in element_trees if n in output_operands)
     vector_math = _vector_double(element_trees + across_trees, operands, writer, compute) if float_outputs else ()
-    elements = _elements(element_trees, writer, compute, output_operands)
+    checks = _nonpositive_checks([t for _, t in element_trees], tuple(operands[t.name] for t in spec.inputs))
+    elements = _elements(element_trees, writer, compute, output_operands, checks)
     over_axes = any(a.role == AXES_ROLE for a in spec.attributes)
     all_trees = [t for _, t in element_trees] + [folded(e) for e in spec.math.get("line", ())]
     exps = sum(expr.calls(t, "exp") for t in all_trees)
@@ -303,8 +316,9 @@ def kernel(spec: OpSpec, name: str, row: dict[str, str], constants: dict[str, bo
         vector_elements=vector_math[: len(element_trees)],
         vector_across=vector_math[len(element_trees) :],
         scratch_output=output_operands[scratch] if scratch else None,
-        scratch_elements=tuple(_elements(scratch_trees, writer, compute, output_operands)),
+        scratch_elements=tuple(_elements(scratch_trees, writer, compute, output_operands, checks)),
         scratch_reads=scratch_reads,
+        nonpositive_checks=checks,
     )
 
 
@@ -388,14 +402,33 @@ def _reading_kept(
 
 
 def _elements(
-    element_trees: list[tuple[str, ast.expr]], writer: _Writer, compute: str, outputs: dict[str, Operand]
+    element_trees: list[tuple[str, ast.expr]],
+    writer: _Writer,
+    compute: str,
+    outputs: dict[str, Operand],
+    checks: tuple[Operand, ...] = (),
 ) -> list[Element]:
-    """The element entries in C, in order: each later one reads the earlier ones' values."""
-    elements = []
+    """The element entries in C, in order: each later one reads the earlier ones' values;
+    with `checks` (nonpositive_checks), also as computed where those are at most 0."""
+    elements, checked = [], frozenset(o.name for o in checks)
     for entry, tree in element_trees:
-        elements.append(Element(entry, writer.c_text(tree, compute), outputs.get(entry)))
+        c_nonpositive = writer.c_text(tree, compute, checked=checked) if checked else ""
+        elements.append(Element(entry, writer.c_text(tree, compute), outputs.get(entry), c_nonpositive))
         writer.element_spelling[entry] = f"{entry}_value"
     return elements
+
+
+def _nonpositive_checks(trees: list[ast.expr], inputs: tuple[Operand, ...]) -> tuple[Operand, ...]:
+    """The tensor inputs whose exp `trees` take directly (exp(x), x an input), in input order:
+    the math cannot show their sign, a block's check can (LinesKernel.nonpositive_checks)."""
+    named = set()
+    for tree in trees:
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "exp":
+                argument = node.args[0]
+                if isinstance(argument, ast.Name):
+                    named.add(argument.id)
+    return tuple(o for o in inputs if o.name in named and o.kind == "tensor")
 
 
 def _live_elements(spec: OpSpec, folded: Callable[[expr.Entry], ast.expr]) -> list[tuple[str, ast.expr]]:

@@ -231,6 +231,42 @@ def test_narrow_soft_max_keeps_its_terms_where_a_line_fits_and_computes_them_aga
         assert not bad.any()
 
 
+def _nonpositive_edges(count: int, dtype: str, salt: object) -> np.ndarray:
+    """`count` values at most 0 in `dtype`: log-probabilities, -0, the smallest subnormals,
+    values past exp's lower clamp (-746) and -inf among them."""
+    edges = [-0.0, 0.0, -(2.0**-149), -(2.0**-126), -1e-30, -745.5, -746.0, -800.0, -np.inf, -88.7, -103.0]
+    values = -rng("nonpositive", dtype, salt).exponential(4.0, count)
+    values[: len(edges)] = edges
+    return values.astype(dtype_of(dtype))
+
+
+@pytest.mark.parametrize("dtype", ["f32", "bf16", "f16"])
+@pytest.mark.parametrize("axis", [-1, 0])
+def test_log_soft_max_backward_takes_the_same_exp_in_checked_and_unchecked_blocks(dtype, axis):
+    """LogSoftmaxBackward takes exp(dst): its blocks whose dst values are all at most 0 call the
+    cheaper exp of such arguments (LinesKernel.nonpositive_checks), the others the full one.
+    Two lines with the same diff_dst, and the same dst except one positive value in each block
+    of the second (its blocks fail the check), give the same bits at every other element:
+    lines along the last axis (blocks along a line) and along the first (blocks across 16
+    neighbouring lines, here lines j and j + 16)."""
+    blocks, lanes = 7, 16
+    values = _nonpositive_edges(blocks * lanes, dtype, axis).reshape(blocks, lanes)
+    diff_dst = rng("diff_dst", dtype, axis).standard_normal((blocks, lanes)).astype(dtype_of(dtype))
+    failing = values.copy()
+    failing[:, 0] = 0.5  # one lane above 0 in each block
+    if axis == -1:  # line 0 passes every check, line 1 fails them
+        dst, dd = np.stack([values.ravel(), failing.ravel()]), np.stack([diff_dst.ravel()] * 2)
+        got = opgen.log_soft_max_backward(dd, dst, axis=-1)
+        checked, unchecked = got[0].reshape(blocks, lanes), got[1].reshape(blocks, lanes)
+    else:  # step r: lines 0-15 read values[r], lines 16-31 failing[r]
+        dst, dd = np.concatenate([values, failing], axis=1), np.concatenate([diff_dst] * 2, axis=1)
+        got = opgen.log_soft_max_backward(dd, dst, axis=0)
+        checked, unchecked = got[:, :lanes], got[:, lanes:]
+    bits = f"u{checked.itemsize}"
+    assert np.array_equal(checked[:, 1:].view(bits), unchecked[:, 1:].view(bits))
+    assert np.isfinite(checked[:, 1:].astype(np.float64)).all()
+
+
 @pytest.mark.parametrize("shape, axis", [((64, 4099), 1), ((97, 3001), 0), ((8, 300, 257), 1)])
 def test_the_same_bits_on_any_thread_count(shape, axis):
     """Each line is computed by one thread in a fixed order: sums do not depend on the threads."""
