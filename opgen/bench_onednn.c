@@ -1,9 +1,11 @@
 /* `opgen bench --compare onednn`: one cell of the comparison, timed in C.
  *
- * A cell is one op, dtype, layout, form, shape and thread count. Its input buffers are
- * allocated and filled once; opgen's op API (opgen_<op>_with_workspace, its workspace
- * allocated once) and the equivalent oneDNN primitive (user scratchpad, allocated once)
- * read the same inputs and write outputs of their own. Both run once and their outputs are
+ * A cell is one op, dtype, layout, form, shape and thread count (the ops with axes run along
+ * the last of the shape's four dims: SoftMax and LogSoftmax forward and backward, LayerNorm
+ * forward and backward over it). Its input buffers are allocated and filled once; opgen's op
+ * API (opgen_<op>_with_workspace, its workspace allocated once) and the equivalent oneDNN
+ * primitive (user scratchpad, allocated once) read the same inputs and write outputs of
+ * their own. Both run once and their outputs are
  * compared (largest |opgen - oneDNN| over the largest |oneDNN|, per output); only a cell
  * within the caller's tolerance is timed: rounds of calls, each side in turn (the first side
  * alternating), a round's batch of calls lasting at least round_seconds; per side, the median
@@ -28,7 +30,20 @@
 #include "oneapi/dnnl/dnnl.h"
 #include "opgen.h"
 
-enum { OP_RELU, OP_HARD_SIGMOID, OP_SIGMOID, OP_TANH, OP_PRELU, OP_BATCH_NORM };
+enum {
+    OP_RELU,
+    OP_HARD_SIGMOID,
+    OP_SIGMOID,
+    OP_TANH,
+    OP_PRELU,
+    OP_BATCH_NORM,
+    OP_SOFT_MAX,
+    OP_LOG_SOFT_MAX,
+    OP_SOFT_MAX_BACKWARD,
+    OP_LOG_SOFT_MAX_BACKWARD,
+    OP_LAYER_NORM,
+    OP_LAYER_NORM_BACKWARD
+};
 enum { FROM_DST = 0, FROM_SRC = 1 };                           /* relu, sigmoid, tanh */
 enum { PER_CHANNEL = 0, PER_TENSOR = 1, FULL = 2 };            /* prelu's slope */
 enum { TIMED = 0, REFUSED = 1, FAILED = 2, MISMATCH = 3 };     /* result status */
@@ -38,7 +53,7 @@ typedef struct bench_cell {
     int64_t dims[4];             /* N, C, H, W */
     int threads, rounds;
     double round_seconds, tolerance;
-    float alpha, beta, epsilon; /* hard_sigmoid's alpha and beta; batch norm's epsilon */
+    float alpha, beta, epsilon; /* hard_sigmoid's alpha and beta; batch and layer norm's epsilon */
     uint64_t seed;
     uintptr_t opgen_workspace_size, opgen_run; /* opgen_<op>_workspace_size, opgen_<op>_with_workspace */
     uintptr_t opgen_last_error;
@@ -74,6 +89,25 @@ typedef opgen_status (*norm_size)(const opgen_tensor *, const opgen_tensor *, co
 typedef opgen_status (*norm_run)(const opgen_tensor *, const opgen_tensor *, const opgen_tensor *,
                                  const opgen_tensor *, const opgen_tensor *, const opgen_tensor *,
                                  const opgen_tensor *, const opgen_tensor *, float, opgen_data_format, void *, size_t);
+typedef opgen_status (*axis_size)(const opgen_tensor *, const opgen_tensor *, int64_t, size_t *);
+typedef opgen_status (*axis_run)(const opgen_tensor *, const opgen_tensor *, int64_t, void *, size_t);
+typedef opgen_status (*axis_backward_size)(const opgen_tensor *, const opgen_tensor *, const opgen_tensor *, int64_t,
+                                           size_t *);
+typedef opgen_status (*axis_backward_run)(const opgen_tensor *, const opgen_tensor *, const opgen_tensor *, int64_t,
+                                          void *, size_t);
+typedef opgen_status (*layer_norm_size)(const opgen_tensor *, const opgen_tensor *, const opgen_tensor *,
+                                        const opgen_tensor *, const opgen_tensor *, const opgen_tensor *, int64_t,
+                                        float, size_t *);
+typedef opgen_status (*layer_norm_run)(const opgen_tensor *, const opgen_tensor *, const opgen_tensor *,
+                                       const opgen_tensor *, const opgen_tensor *, const opgen_tensor *, int64_t, float,
+                                       void *, size_t);
+typedef opgen_status (*layer_norm_backward_size)(const opgen_tensor *, const opgen_tensor *, const opgen_tensor *,
+                                                 const opgen_tensor *, const opgen_tensor *, const opgen_tensor *,
+                                                 const opgen_tensor *, const opgen_tensor *, int64_t, float, size_t *);
+typedef opgen_status (*layer_norm_backward_run)(const opgen_tensor *, const opgen_tensor *, const opgen_tensor *,
+                                                const opgen_tensor *, const opgen_tensor *, const opgen_tensor *,
+                                                const opgen_tensor *, const opgen_tensor *, int64_t, float, void *,
+                                                size_t);
 
 /* opgen.h's declarations against those types: a mismatch is a compiler diagnostic (unevaluated) */
 enum {
@@ -88,6 +122,16 @@ enum {
         + sizeof(&opgen_prelu_backward_workspace_size == (prelu_size)0)
         + sizeof(&opgen_batch_norm_training_backward_with_workspace == (norm_run)0)
         + sizeof(&opgen_batch_norm_training_backward_workspace_size == (norm_size)0)
+        + sizeof(&opgen_soft_max_with_workspace == (axis_run)0)
+        + sizeof(&opgen_soft_max_workspace_size == (axis_size)0)
+        + sizeof(&opgen_log_soft_max_with_workspace == (axis_run)0)
+        + sizeof(&opgen_soft_max_backward_with_workspace == (axis_backward_run)0)
+        + sizeof(&opgen_soft_max_backward_workspace_size == (axis_backward_size)0)
+        + sizeof(&opgen_log_soft_max_backward_with_workspace == (axis_backward_run)0)
+        + sizeof(&opgen_layer_norm_with_workspace == (layer_norm_run)0)
+        + sizeof(&opgen_layer_norm_workspace_size == (layer_norm_size)0)
+        + sizeof(&opgen_layer_norm_backward_with_workspace == (layer_norm_backward_run)0)
+        + sizeof(&opgen_layer_norm_backward_workspace_size == (layer_norm_backward_size)0)
 };
 
 /* ---- data ---- */
@@ -229,8 +273,9 @@ typedef struct cell_state {
     dnnl_engine_t engine;
     dnnl_stream_t stream;
     dnnl_primitive_attr_t attr;
-    dnnl_memory_desc_t descs[2]; /* a tensor's; the weights' or a channel vector's */
-    dnnl_primitive_desc_t forward, backward;
+    dnnl_memory_desc_t descs[3]; /* a tensor's; the weights', a channel vector's or the lines' statistics'; the
+                                  * along vectors' (layer norm's gamma and beta) */
+    dnnl_primitive_desc_t forward, timed; /* timed: the primitive compared (forward is its hint) */
     dnnl_primitive_t primitive;
     dnnl_memory_t memories[MAX_ARGS];
     dnnl_exec_arg_t args[MAX_ARGS];
@@ -345,7 +390,7 @@ static int setup_eltwise(cell_state *st)
                                                                      algorithm, data, data, alpha, beta, NULL),
                           "eltwise (forward)"));
     TRY(onednn_descriptor(st,
-                          dnnl_eltwise_backward_primitive_desc_create(&st->backward, st->engine, algorithm, data, data,
+                          dnnl_eltwise_backward_primitive_desc_create(&st->timed, st->engine, algorithm, data, data,
                                                                       data, alpha, beta, st->forward, st->attr),
                           "eltwise (backward)"));
 
@@ -392,7 +437,7 @@ static int setup_prelu(cell_state *st)
                                                                    data, weights, data, NULL),
                           "prelu (forward)"));
     TRY(onednn_descriptor(st,
-                          dnnl_prelu_backward_primitive_desc_create(&st->backward, st->engine, data, weights, data,
+                          dnnl_prelu_backward_primitive_desc_create(&st->timed, st->engine, data, weights, data,
                                                                     weights, data, st->forward, st->attr),
                           "prelu (backward)"));
 
@@ -438,7 +483,7 @@ static int setup_norm(cell_state *st)
                           "batch normalization (forward)"));
     TRY(onednn_descriptor(st,
                           dnnl_batch_normalization_backward_primitive_desc_create(
-                              &st->backward, st->engine, dnnl_backward, data, data, data, cell->epsilon, flags,
+                              &st->timed, st->engine, dnnl_backward, data, data, data, cell->epsilon, flags,
                               st->forward, st->attr),
                           "batch normalization (backward)"));
 
@@ -474,6 +519,124 @@ static int setup_norm(cell_state *st)
     return TIMED;
 }
 
+/* SoftMax and LogSoftmax, forward (oneDNN's inference kind: no workspace) or backward, along
+ * the last dim */
+static int setup_softmax(cell_state *st)
+{
+    const bench_cell *cell = st->cell;
+    const int log = cell->op == OP_LOG_SOFT_MAX || cell->op == OP_LOG_SOFT_MAX_BACKWARD;
+    const int backward = cell->op == OP_SOFT_MAX_BACKWARD || cell->op == OP_LOG_SOFT_MAX_BACKWARD;
+    const dnnl_alg_kind_t algorithm = log ? dnnl_softmax_log : dnnl_softmax_accurate;
+    const dnnl_memory_desc_t data = st->descs[0];
+    TRY(onednn_descriptor(st,
+                          dnnl_softmax_forward_primitive_desc_create(
+                              backward ? &st->forward : &st->timed, st->engine,
+                              backward ? dnnl_forward_training : dnnl_forward_inference, algorithm, data, data, 3,
+                              backward ? NULL : st->attr),
+                          "softmax (forward)"));
+    if (backward) {
+        TRY(onednn_descriptor(st,
+                              dnnl_softmax_backward_primitive_desc_create(&st->timed, st->engine, algorithm, data,
+                                                                          data, data, 3, st->forward, st->attr),
+                              "softmax (backward)"));
+    }
+    void *b[4]; /* forward: src, opgen's dst, oneDNN's; backward: diff_dst, dst, opgen's diff_src, oneDNN's */
+    const size_t bytes[4] = {st->bytes, st->bytes, st->bytes, st->bytes};
+    TRY(buffers(st, 4, b, bytes));
+    fill(b[0], cell->dtype, st->count, &st->random, -4.0f, 4.0f);
+    if (backward) { /* dst as the forward op leaves it: probabilities, or their logs */
+        fill(b[1], cell->dtype, st->count, &st->random, log ? -8.0f : 0.0f, log ? 0.0f : 2.0f / (float)st->w);
+    }
+    const int inputs = backward ? 2 : 1;
+    for (int i = 0; i < inputs + 1; i++) {
+        set_tensor(&st->tensors[i], b[i], cell->dtype, 4, st->dims);
+    }
+    if (backward) {
+        TRY(argument(st, DNNL_ARG_DIFF_DST, data, b[0]));
+        TRY(argument(st, DNNL_ARG_DST, data, b[1]));
+        TRY(argument(st, DNNL_ARG_DIFF_SRC, data, b[3]));
+    } else {
+        TRY(argument(st, DNNL_ARG_SRC, data, b[0]));
+        TRY(argument(st, DNNL_ARG_DST, data, b[3]));
+    }
+    st->outputs[0] = b[inputs], st->outputs[1] = b[3];
+    st->output_counts[0] = st->count, st->output_dtypes[0] = cell->dtype, st->output_count = 1;
+    return TIMED;
+}
+
+/* LayerNorm over the last dim, with gamma and beta (oneDNN's scale and shift): forward (dst,
+ * mean, variance) or backward (diff_src, diff_gamma, diff_beta) */
+static int setup_layer_norm(cell_state *st)
+{
+    const bench_cell *cell = st->cell;
+    const int backward = cell->op == OP_LAYER_NORM_BACKWARD;
+    const int64_t lines = st->n * st->c * st->h;
+    const dnnl_dims_t line_dims = {st->n, st->c, st->h}, along_dims = {st->w};
+    TRY(onednn(st, dnnl_memory_desc_create_with_tag(&st->descs[1], 3, line_dims, dnnl_f32, dnnl_abc),
+               "dnnl_memory_desc_create_with_tag"));
+    TRY(onednn(st, dnnl_memory_desc_create_with_tag(&st->descs[2], 1, along_dims, dnnl_f32, dnnl_a),
+               "dnnl_memory_desc_create_with_tag"));
+    const dnnl_memory_desc_t data = st->descs[0], stats = st->descs[1], along = st->descs[2];
+    const unsigned flags = dnnl_use_scale | dnnl_use_shift;
+    TRY(onednn_descriptor(st,
+                          dnnl_layer_normalization_forward_primitive_desc_create(
+                              backward ? &st->forward : &st->timed, st->engine, dnnl_forward_training, data, data,
+                              stats, cell->epsilon, flags, backward ? NULL : st->attr),
+                          "layer normalization (forward)"));
+    if (backward) {
+        TRY(onednn_descriptor(st,
+                              dnnl_layer_normalization_backward_primitive_desc_create(
+                                  &st->timed, st->engine, dnnl_backward, data, data, data, stats, cell->epsilon, flags,
+                                  st->forward, st->attr),
+                              "layer normalization (backward)"));
+    }
+    /* src, diff_dst, mean, variance, gamma, beta; opgen's three outputs; oneDNN's */
+    void *b[12];
+    const size_t t = st->bytes, l = (size_t)lines * sizeof(float), a = (size_t)st->w * sizeof(float);
+    const size_t forward_bytes[12] = {t, t, l, l, a, a, t, l, l, t, l, l};
+    const size_t backward_bytes[12] = {t, t, l, l, a, a, t, a, a, t, a, a};
+    TRY(buffers(st, 12, b, backward ? backward_bytes : forward_bytes));
+    fill(b[0], cell->dtype, st->count, &st->random, -2.0f, 2.0f);
+    fill(b[1], cell->dtype, st->count, &st->random, -1.0f, 1.0f);
+    fill(b[2], OPGEN_F32, lines, &st->random, -0.5f, 0.5f);
+    fill(b[3], OPGEN_F32, lines, &st->random, 0.5f, 1.5f);
+    fill(b[4], OPGEN_F32, st->w, &st->random, -1.0f, 1.0f);
+    fill(b[5], OPGEN_F32, st->w, &st->random, -1.0f, 1.0f);
+    const int64_t *line_shape = st->dims, *along_shape = st->dims + 3;
+    /* opgen's operands in its call's order */
+    static const int forward_order[6] = {0, 4, 5, 6, 7, 8}, backward_order[8] = {0, 1, 2, 3, 4, 6, 7, 8};
+    const int *order = backward ? backward_order : forward_order;
+    for (int i = 0; i < (backward ? 8 : 6); i++) {
+        const int k = order[i];
+        const int tensor = k == 0 || k == 1 || k == 6;
+        const int per_line = k == 2 || k == 3 || (!backward && (k == 7 || k == 8));
+        set_tensor(&st->tensors[i], b[k], tensor ? cell->dtype : OPGEN_F32, tensor ? 4 : per_line ? 3 : 1,
+                   tensor || per_line ? line_shape : along_shape);
+    }
+    TRY(argument(st, DNNL_ARG_SRC, data, b[0]));
+    TRY(argument(st, DNNL_ARG_SCALE, along, b[4]));
+    TRY(argument(st, DNNL_ARG_SHIFT, along, b[5])); /* its backward refuses a call without (BatchNorm's with) */
+    if (backward) {
+        TRY(argument(st, DNNL_ARG_DIFF_DST, data, b[1]));
+        TRY(argument(st, DNNL_ARG_MEAN, stats, b[2]));
+        TRY(argument(st, DNNL_ARG_VARIANCE, stats, b[3]));
+        TRY(argument(st, DNNL_ARG_DIFF_SRC, data, b[9]));
+        TRY(argument(st, DNNL_ARG_DIFF_SCALE, along, b[10]));
+        TRY(argument(st, DNNL_ARG_DIFF_SHIFT, along, b[11]));
+    } else {
+        TRY(argument(st, DNNL_ARG_DST, data, b[9]));
+        TRY(argument(st, DNNL_ARG_MEAN, stats, b[10]));
+        TRY(argument(st, DNNL_ARG_VARIANCE, stats, b[11]));
+    }
+    for (int i = 0; i < 6; i++) {
+        st->outputs[i] = b[6 + i];
+    }
+    st->output_counts[0] = st->count, st->output_counts[1] = st->output_counts[2] = backward ? st->w : lines;
+    st->output_dtypes[0] = cell->dtype, st->output_dtypes[1] = st->output_dtypes[2] = OPGEN_F32;
+    st->output_count = 3;
+    return TIMED;
+}
+
 static opgen_status run_opgen(const cell_state *st)
 {
     const bench_cell *cell = st->cell;
@@ -490,6 +653,18 @@ static opgen_status run_opgen(const cell_state *st)
         return ((alpha_beta_run)cell->opgen_run)(&t[0], &t[1], &t[2], cell->alpha, cell->beta, workspace, size);
     case OP_PRELU:
         return ((prelu_run)cell->opgen_run)(&t[0], &t[1], &t[2], &t[3], &t[4], format, workspace, size);
+    case OP_SOFT_MAX:
+    case OP_LOG_SOFT_MAX:
+        return ((axis_run)cell->opgen_run)(&t[0], &t[1], -1, workspace, size);
+    case OP_SOFT_MAX_BACKWARD:
+    case OP_LOG_SOFT_MAX_BACKWARD:
+        return ((axis_backward_run)cell->opgen_run)(&t[0], &t[1], &t[2], -1, workspace, size);
+    case OP_LAYER_NORM:
+        return ((layer_norm_run)cell->opgen_run)(&t[0], &t[1], &t[2], &t[3], &t[4], &t[5], -1, cell->epsilon,
+                                                 workspace, size);
+    case OP_LAYER_NORM_BACKWARD:
+        return ((layer_norm_backward_run)cell->opgen_run)(&t[0], &t[1], &t[2], &t[3], &t[4], &t[5], &t[6], &t[7], -1,
+                                                          cell->epsilon, workspace, size);
     default:
         return ((norm_run)cell->opgen_run)(&t[0], &t[1], &t[2], &t[3], &t[4], &t[5], &t[6], &t[7], cell->epsilon,
                                            format, workspace, size);
@@ -511,6 +686,17 @@ static opgen_status opgen_workspace(const cell_state *st, size_t *bytes)
         return ((alpha_beta_size)function)(&t[0], &t[1], &t[2], cell->alpha, cell->beta, bytes);
     case OP_PRELU:
         return ((prelu_size)function)(&t[0], &t[1], &t[2], &t[3], &t[4], format, bytes);
+    case OP_SOFT_MAX:
+    case OP_LOG_SOFT_MAX:
+        return ((axis_size)function)(&t[0], &t[1], -1, bytes);
+    case OP_SOFT_MAX_BACKWARD:
+    case OP_LOG_SOFT_MAX_BACKWARD:
+        return ((axis_backward_size)function)(&t[0], &t[1], &t[2], -1, bytes);
+    case OP_LAYER_NORM:
+        return ((layer_norm_size)function)(&t[0], &t[1], &t[2], &t[3], &t[4], &t[5], -1, cell->epsilon, bytes);
+    case OP_LAYER_NORM_BACKWARD:
+        return ((layer_norm_backward_size)function)(&t[0], &t[1], &t[2], &t[3], &t[4], &t[5], &t[6], &t[7], -1,
+                                                    cell->epsilon, bytes);
     default:
         return ((norm_size)function)(&t[0], &t[1], &t[2], &t[3], &t[4], &t[5], &t[6], &t[7], cell->epsilon, format,
                                      bytes);
@@ -527,18 +713,18 @@ static dnnl_status_t run_onednn(const cell_state *st)
 static int prepare(cell_state *st)
 {
     const char *implementation = NULL;
-    TRY(onednn(st, dnnl_primitive_desc_query(st->backward, dnnl_query_impl_info_str, 0, &implementation),
+    TRY(onednn(st, dnnl_primitive_desc_query(st->timed, dnnl_query_impl_info_str, 0, &implementation),
                "dnnl_primitive_desc_query"));
     snprintf(st->result->implementation, sizeof st->result->implementation, "%s",
              implementation ? implementation : "?");
-    const_dnnl_memory_desc_t scratchpad = dnnl_primitive_desc_query_md(st->backward, dnnl_query_scratchpad_md, 0);
+    const_dnnl_memory_desc_t scratchpad = dnnl_primitive_desc_query_md(st->timed, dnnl_query_scratchpad_md, 0);
     const size_t scratchpad_bytes = scratchpad ? dnnl_memory_desc_get_size(scratchpad) : 0;
     if (scratchpad_bytes > 0) {
         void *scratch = NULL;
         TRY(buffers(st, 1, &scratch, &scratchpad_bytes));
         TRY(argument(st, DNNL_ARG_SCRATCHPAD, scratchpad, scratch));
     }
-    TRY(onednn(st, dnnl_primitive_create(&st->primitive, st->backward), "dnnl_primitive_create"));
+    TRY(onednn(st, dnnl_primitive_create(&st->primitive, st->timed), "dnnl_primitive_create"));
     const last_error error = (last_error)st->cell->opgen_last_error;
     if (opgen_workspace(st, &st->workspace_size) != OPGEN_SUCCESS) {
         return fail(st, FAILED, "opgen: %s", error());
@@ -645,7 +831,22 @@ static int start(cell_state *st)
                "dnnl_primitive_attr_set_scratchpad_mode"));
     TRY(onednn(st, dnnl_memory_desc_create_with_tag(&st->descs[0], 4, dims, onednn_dtype(cell->dtype), tag),
                "dnnl_memory_desc_create_with_tag"));
-    return cell->op == OP_PRELU ? setup_prelu(st) : cell->op == OP_BATCH_NORM ? setup_norm(st) : setup_eltwise(st);
+    switch (cell->op) {
+    case OP_PRELU:
+        return setup_prelu(st);
+    case OP_BATCH_NORM:
+        return setup_norm(st);
+    case OP_SOFT_MAX:
+    case OP_LOG_SOFT_MAX:
+    case OP_SOFT_MAX_BACKWARD:
+    case OP_LOG_SOFT_MAX_BACKWARD:
+        return setup_softmax(st);
+    case OP_LAYER_NORM:
+    case OP_LAYER_NORM_BACKWARD:
+        return setup_layer_norm(st);
+    default:
+        return setup_eltwise(st);
+    }
 }
 
 static void release(cell_state *st)
@@ -656,13 +857,13 @@ static void release(cell_state *st)
     if (st->primitive) {
         dnnl_primitive_destroy(st->primitive);
     }
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < 3; i++) {
         if (st->descs[i]) {
             dnnl_memory_desc_destroy(st->descs[i]);
         }
     }
-    if (st->backward) {
-        dnnl_primitive_desc_destroy(st->backward);
+    if (st->timed) {
+        dnnl_primitive_desc_destroy(st->timed);
     }
     if (st->forward) {
         dnnl_primitive_desc_destroy(st->forward);

@@ -41,6 +41,13 @@ OP_CODES = {
     "tanh_backward": 3,
     "prelu_backward": 4,
     "batch_norm_training_backward": 5,
+    # along the last of the four dims (as `opgen bench` times them)
+    "soft_max": 6,
+    "log_soft_max": 7,
+    "soft_max_backward": 8,
+    "log_soft_max_backward": 9,
+    "layer_norm": 10,
+    "layer_norm_backward": 11,
 }
 FORM_CODES = {"from_dst": 0, "from_src": 1, "per_channel": 0, "per_tensor": 1, "full": 2, "-": 0}
 DTYPE_CODES = {"f32": 0, "f16": 1, "bf16": 2}  # opgen_dtype
@@ -48,9 +55,10 @@ LAYOUT_CODES = {"NCX": 0, "NXC": 1, "-": 0}  # opgen_data_format
 STATUSES = {0: "timed", 1: "refused", 2: "failed", 3: "mismatch"}
 # the largest max|opgen - oneDNN| / max|oneDNN| of an output before a cell is timed: ReLU's
 # gradient selects, so it is exact; the others round differently (opgen: one rounding from
-# double or float; oneDNN: its own exp and sums in f32)
+# double or float; oneDNN: its own exp and sums in f32); the ops with sums (REDUCES) more
 TOLERANCE = {"f32": 1e-5, "bf16": 2e-2, "f16": 1e-2}
 REDUCTION_TOLERANCE = {"f32": 1e-4, "bf16": 2e-2, "f16": 1e-2}
+REDUCES = ("prelu_backward", "batch_norm_training_backward", *bench.AXES_OPS)
 
 CDEF = """
 typedef struct bench_cell {
@@ -180,7 +188,7 @@ class Harness:
         `opgen_op`: the opgen op called for it (default: the cell's; another one of the same
         signature makes a cell whose outputs differ)."""
         called = opgen_op or cell.op
-        reduces = cell.op in ("prelu_backward", "batch_norm_training_backward")
+        reduces = cell.op in REDUCES
         exact = cell.op == "relu_backward"
         tolerance = 0.0 if exact else (REDUCTION_TOLERANCE if reduces else TOLERANCE)[cell.dtype]
         parameters = self.ffi.new(
@@ -267,7 +275,8 @@ def run(
 
 
 def _short(op: str) -> str:
-    return op.removesuffix("_backward").replace("_training", "")
+    """The table's name of `op`: the backward ops of the seeds without the suffix they all share."""
+    return op if op in bench.AXES_OPS else op.removesuffix("_backward").replace("_training", "")
 
 
 def table(report: dict[str, Any]) -> str:
@@ -275,14 +284,14 @@ def table(report: dict[str, Any]) -> str:
     lines = [
         f"oneDNN {machine['onednn']} vs opgen ({machine['opgen_target']} copy): median of {report['rounds']} rounds "
         "per side, C calls on the same inputs; ratio = opgen time / oneDNN time (below 1: opgen faster)",
-        f"{'op':19s} {'dtype':5s} {'layout':6s} {'form':11s} {'size':4s} {'thr':>3s} {'opgen':>10s} "
+        f"{'op':21s} {'dtype':5s} {'layout':6s} {'form':11s} {'size':4s} {'thr':>3s} {'opgen':>10s} "
         f"{'oneDNN':>10s} {'ratio':>6s} {'max err':>8s}  oneDNN impl",
     ]
     runs = {(row["size"], row["threads"]): None for row in report["cells"]}
     skipped: dict[tuple[str, ...], list[str]] = {}  # case and reason -> the size/threads it was not timed at
     for row in report["cells"]:
         cell = Cell(**row)
-        case = f"{_short(cell.op):19s} {cell.dtype:5s} {cell.layout:6s} {cell.form:11s}"
+        case = f"{_short(cell.op):21s} {cell.dtype:5s} {cell.layout:6s} {cell.form:11s}"
         if cell.status != "timed":
             label = " ".join(part for part in (_short(cell.op), cell.dtype, cell.layout, cell.form) if part != "-")
             skipped.setdefault((label, cell.status, cell.message), []).append(f"{cell.size}/{cell.threads}")

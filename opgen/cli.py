@@ -93,9 +93,7 @@ def _bench(args: argparse.Namespace) -> int:
         args.ops_torch = names(args.ops or ",".join(bench_lines.OPS), bench_lines.OPS, "ops")
         args.sizes, args.ops = "S", None
     sizes = names(args.sizes or ("S,M,L" if args.compare else "S,M,L,HW1,HW7,HW14"), bench.SIZES, "sizes")
-    # --compare onednn: the ops of which oneDNN has a primitive
-    known = [op for op in bench.OPS if op not in bench.AXES_OPS] if args.compare == "onednn" else bench.OPS
-    ops = names(args.ops or ",".join(known), known, "ops")
+    ops = names(args.ops or ",".join(bench.OPS), bench.OPS, "ops")
     dtypes = names(args.dtypes, bench.DTYPES, "dtypes")
     try:
         threads = [int(t) for t in args.threads.split(",")] if args.threads else sorted({1, os.cpu_count() or 1})
