@@ -524,6 +524,35 @@ static void layer_norm_f32_widen(const opgen_lines_call *call, double *opgen_wid
     }
 }
 
+/* contiguous lines [opgen_from, opgen_to): groups of lines, each pass over every line of a group before
+ * the next, the microkernels inlined (opgen_lines.h: lines) */
+static OPGEN_FLATTEN void layer_norm_f32_lines(const opgen_lines_call *call, int64_t opgen_from, int64_t opgen_to,
+                                          double *opgen_across)
+{
+    const int opgen_group = opgen_lines_group(call->length);
+    (void)opgen_across;
+    for (int64_t opgen_first = opgen_from; opgen_first < opgen_to; opgen_first += opgen_group) {
+        const int opgen_lines = opgen_to - opgen_first < opgen_group ? (int)(opgen_to - opgen_first) : opgen_group;
+        double opgen_values[OPGEN_LINES_GROUP][OPGEN_LINES_MAX_VALUES + 1];
+        for (int opgen_at = 0; opgen_at < opgen_lines; ++opgen_at) {
+            layer_norm_f32_reduce_1(call, opgen_first + opgen_at, opgen_values[opgen_at]);
+        }
+        for (int opgen_at = 0; opgen_at < opgen_lines; ++opgen_at) {
+            layer_norm_f32_after_1(call, opgen_first + opgen_at, opgen_values[opgen_at]);
+        }
+        for (int opgen_at = 0; opgen_at < opgen_lines; ++opgen_at) {
+            layer_norm_f32_reduce_2(call, opgen_first + opgen_at, opgen_values[opgen_at]);
+        }
+        for (int opgen_at = 0; opgen_at < opgen_lines; ++opgen_at) {
+            layer_norm_f32_after_2(call, opgen_first + opgen_at, opgen_values[opgen_at]);
+        }
+        for (int opgen_at = 0; opgen_at < opgen_lines; ++opgen_at) {
+            layer_norm_f32_apply(call, opgen_first + opgen_at, opgen_values[opgen_at], opgen_across);
+            layer_norm_f32_store(call, opgen_first + opgen_at, opgen_values[opgen_at]);
+        }
+    }
+}
+
 /* layer_norm_f32: Layer normalization over the axes from `begin_norm_axis` to the last, per line of C elements: mean = sum(src) / C, variance = sum((src - mean)^2) / C, dst = (src - mean) / sqrt(variance + epsilon) * gamma + beta.
  * (src f32, gamma f32, beta f32, dst f32, mean f32, variance f32; computed in double, sums in double; 2 reduction passes and an element pass per line) */
 void OPGEN_KERNEL(layer_norm_f32)(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT gamma, const float *OPGEN_RESTRICT beta, float *OPGEN_RESTRICT dst, float *OPGEN_RESTRICT mean, float *OPGEN_RESTRICT variance, float epsilon, int64_t outer, int64_t length, int64_t inner)
@@ -539,6 +568,7 @@ void OPGEN_KERNEL(layer_norm_f32)(const float *OPGEN_RESTRICT src, const float *
         .passes = passes,
         .apply = layer_norm_f32_apply,
         .apply_columns = layer_norm_f32_apply_columns,
+        .lines = layer_norm_f32_lines,
         .store = layer_norm_f32_store,
         .across_count = 0,
         .store_across = NULL,
@@ -1030,6 +1060,35 @@ static void layer_norm_bf16_f32_widen(const opgen_lines_call *call, double *opge
     }
 }
 
+/* contiguous lines [opgen_from, opgen_to): groups of lines, each pass over every line of a group before
+ * the next, the microkernels inlined (opgen_lines.h: lines) */
+static OPGEN_FLATTEN void layer_norm_bf16_f32_lines(const opgen_lines_call *call, int64_t opgen_from, int64_t opgen_to,
+                                          double *opgen_across)
+{
+    const int opgen_group = opgen_lines_group(call->length);
+    (void)opgen_across;
+    for (int64_t opgen_first = opgen_from; opgen_first < opgen_to; opgen_first += opgen_group) {
+        const int opgen_lines = opgen_to - opgen_first < opgen_group ? (int)(opgen_to - opgen_first) : opgen_group;
+        double opgen_values[OPGEN_LINES_GROUP][OPGEN_LINES_MAX_VALUES + 1];
+        for (int opgen_at = 0; opgen_at < opgen_lines; ++opgen_at) {
+            layer_norm_bf16_f32_reduce_1(call, opgen_first + opgen_at, opgen_values[opgen_at]);
+        }
+        for (int opgen_at = 0; opgen_at < opgen_lines; ++opgen_at) {
+            layer_norm_bf16_f32_after_1(call, opgen_first + opgen_at, opgen_values[opgen_at]);
+        }
+        for (int opgen_at = 0; opgen_at < opgen_lines; ++opgen_at) {
+            layer_norm_bf16_f32_reduce_2(call, opgen_first + opgen_at, opgen_values[opgen_at]);
+        }
+        for (int opgen_at = 0; opgen_at < opgen_lines; ++opgen_at) {
+            layer_norm_bf16_f32_after_2(call, opgen_first + opgen_at, opgen_values[opgen_at]);
+        }
+        for (int opgen_at = 0; opgen_at < opgen_lines; ++opgen_at) {
+            layer_norm_bf16_f32_apply(call, opgen_first + opgen_at, opgen_values[opgen_at], opgen_across);
+            layer_norm_bf16_f32_store(call, opgen_first + opgen_at, opgen_values[opgen_at]);
+        }
+    }
+}
+
 /* layer_norm_bf16_f32: Layer normalization over the axes from `begin_norm_axis` to the last, per line of C elements: mean = sum(src) / C, variance = sum((src - mean)^2) / C, dst = (src - mean) / sqrt(variance + epsilon) * gamma + beta.
  * (src bf16, gamma f32, beta f32, dst bf16, mean f32, variance f32; computed in double, sums in double; 2 reduction passes and an element pass per line) */
 void OPGEN_KERNEL(layer_norm_bf16_f32)(const opgen_bf16 *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT gamma, const float *OPGEN_RESTRICT beta, opgen_bf16 *OPGEN_RESTRICT dst, float *OPGEN_RESTRICT mean, float *OPGEN_RESTRICT variance, float epsilon, int64_t outer, int64_t length, int64_t inner)
@@ -1045,6 +1104,7 @@ void OPGEN_KERNEL(layer_norm_bf16_f32)(const opgen_bf16 *OPGEN_RESTRICT src, con
         .passes = passes,
         .apply = layer_norm_bf16_f32_apply,
         .apply_columns = layer_norm_bf16_f32_apply_columns,
+        .lines = layer_norm_bf16_f32_lines,
         .store = layer_norm_bf16_f32_store,
         .across_count = 0,
         .store_across = NULL,
@@ -1536,6 +1596,35 @@ static void layer_norm_bf16_widen(const opgen_lines_call *call, double *opgen_wi
     }
 }
 
+/* contiguous lines [opgen_from, opgen_to): groups of lines, each pass over every line of a group before
+ * the next, the microkernels inlined (opgen_lines.h: lines) */
+static OPGEN_FLATTEN void layer_norm_bf16_lines(const opgen_lines_call *call, int64_t opgen_from, int64_t opgen_to,
+                                          double *opgen_across)
+{
+    const int opgen_group = opgen_lines_group(call->length);
+    (void)opgen_across;
+    for (int64_t opgen_first = opgen_from; opgen_first < opgen_to; opgen_first += opgen_group) {
+        const int opgen_lines = opgen_to - opgen_first < opgen_group ? (int)(opgen_to - opgen_first) : opgen_group;
+        double opgen_values[OPGEN_LINES_GROUP][OPGEN_LINES_MAX_VALUES + 1];
+        for (int opgen_at = 0; opgen_at < opgen_lines; ++opgen_at) {
+            layer_norm_bf16_reduce_1(call, opgen_first + opgen_at, opgen_values[opgen_at]);
+        }
+        for (int opgen_at = 0; opgen_at < opgen_lines; ++opgen_at) {
+            layer_norm_bf16_after_1(call, opgen_first + opgen_at, opgen_values[opgen_at]);
+        }
+        for (int opgen_at = 0; opgen_at < opgen_lines; ++opgen_at) {
+            layer_norm_bf16_reduce_2(call, opgen_first + opgen_at, opgen_values[opgen_at]);
+        }
+        for (int opgen_at = 0; opgen_at < opgen_lines; ++opgen_at) {
+            layer_norm_bf16_after_2(call, opgen_first + opgen_at, opgen_values[opgen_at]);
+        }
+        for (int opgen_at = 0; opgen_at < opgen_lines; ++opgen_at) {
+            layer_norm_bf16_apply(call, opgen_first + opgen_at, opgen_values[opgen_at], opgen_across);
+            layer_norm_bf16_store(call, opgen_first + opgen_at, opgen_values[opgen_at]);
+        }
+    }
+}
+
 /* layer_norm_bf16: Layer normalization over the axes from `begin_norm_axis` to the last, per line of C elements: mean = sum(src) / C, variance = sum((src - mean)^2) / C, dst = (src - mean) / sqrt(variance + epsilon) * gamma + beta.
  * (src bf16, gamma bf16, beta bf16, dst bf16, mean bf16, variance bf16; computed in double, sums in double; 2 reduction passes and an element pass per line) */
 void OPGEN_KERNEL(layer_norm_bf16)(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT gamma, const opgen_bf16 *OPGEN_RESTRICT beta, opgen_bf16 *OPGEN_RESTRICT dst, opgen_bf16 *OPGEN_RESTRICT mean, opgen_bf16 *OPGEN_RESTRICT variance, float epsilon, int64_t outer, int64_t length, int64_t inner)
@@ -1551,6 +1640,7 @@ void OPGEN_KERNEL(layer_norm_bf16)(const opgen_bf16 *OPGEN_RESTRICT src, const o
         .passes = passes,
         .apply = layer_norm_bf16_apply,
         .apply_columns = layer_norm_bf16_apply_columns,
+        .lines = layer_norm_bf16_lines,
         .store = layer_norm_bf16_store,
         .across_count = 0,
         .store_across = NULL,
@@ -2027,6 +2117,35 @@ static void layer_norm_f16_f32_store(const opgen_lines_call *call, int64_t line,
     }
 }
 
+/* contiguous lines [opgen_from, opgen_to): groups of lines, each pass over every line of a group before
+ * the next, the microkernels inlined (opgen_lines.h: lines) */
+static OPGEN_FLATTEN void layer_norm_f16_f32_lines(const opgen_lines_call *call, int64_t opgen_from, int64_t opgen_to,
+                                          double *opgen_across)
+{
+    const int opgen_group = opgen_lines_group(call->length);
+    (void)opgen_across;
+    for (int64_t opgen_first = opgen_from; opgen_first < opgen_to; opgen_first += opgen_group) {
+        const int opgen_lines = opgen_to - opgen_first < opgen_group ? (int)(opgen_to - opgen_first) : opgen_group;
+        double opgen_values[OPGEN_LINES_GROUP][OPGEN_LINES_MAX_VALUES + 1];
+        for (int opgen_at = 0; opgen_at < opgen_lines; ++opgen_at) {
+            layer_norm_f16_f32_reduce_1(call, opgen_first + opgen_at, opgen_values[opgen_at]);
+        }
+        for (int opgen_at = 0; opgen_at < opgen_lines; ++opgen_at) {
+            layer_norm_f16_f32_after_1(call, opgen_first + opgen_at, opgen_values[opgen_at]);
+        }
+        for (int opgen_at = 0; opgen_at < opgen_lines; ++opgen_at) {
+            layer_norm_f16_f32_reduce_2(call, opgen_first + opgen_at, opgen_values[opgen_at]);
+        }
+        for (int opgen_at = 0; opgen_at < opgen_lines; ++opgen_at) {
+            layer_norm_f16_f32_after_2(call, opgen_first + opgen_at, opgen_values[opgen_at]);
+        }
+        for (int opgen_at = 0; opgen_at < opgen_lines; ++opgen_at) {
+            layer_norm_f16_f32_apply(call, opgen_first + opgen_at, opgen_values[opgen_at], opgen_across);
+            layer_norm_f16_f32_store(call, opgen_first + opgen_at, opgen_values[opgen_at]);
+        }
+    }
+}
+
 /* layer_norm_f16_f32: Layer normalization over the axes from `begin_norm_axis` to the last, per line of C elements: mean = sum(src) / C, variance = sum((src - mean)^2) / C, dst = (src - mean) / sqrt(variance + epsilon) * gamma + beta.
  * (src f16, gamma f32, beta f32, dst f16, mean f32, variance f32; computed in float, sums in double; 2 reduction passes and an element pass per line) */
 void OPGEN_KERNEL(layer_norm_f16_f32)(const opgen_f16 *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT gamma, const float *OPGEN_RESTRICT beta, opgen_f16 *OPGEN_RESTRICT dst, float *OPGEN_RESTRICT mean, float *OPGEN_RESTRICT variance, float epsilon, int64_t outer, int64_t length, int64_t inner)
@@ -2042,6 +2161,7 @@ void OPGEN_KERNEL(layer_norm_f16_f32)(const opgen_f16 *OPGEN_RESTRICT src, const
         .passes = passes,
         .apply = layer_norm_f16_f32_apply,
         .apply_columns = layer_norm_f16_f32_apply_columns,
+        .lines = layer_norm_f16_f32_lines,
         .store = layer_norm_f16_f32_store,
         .across_count = 0,
         .store_across = NULL,

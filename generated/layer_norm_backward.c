@@ -497,6 +497,31 @@ static void layer_norm_backward_f32_store_across(const opgen_lines_call *call, c
     }
 }
 
+/* contiguous lines [opgen_from, opgen_to): groups of lines, each pass over every line of a group before
+ * the next, the microkernels inlined (opgen_lines.h: lines) */
+static OPGEN_FLATTEN void layer_norm_backward_f32_lines(const opgen_lines_call *call, int64_t opgen_from, int64_t opgen_to,
+                                          double *opgen_across)
+{
+    const int opgen_group = opgen_lines_group(call->length);
+    (void)opgen_across;
+    for (int64_t opgen_first = opgen_from; opgen_first < opgen_to; opgen_first += opgen_group) {
+        const int opgen_lines = opgen_to - opgen_first < opgen_group ? (int)(opgen_to - opgen_first) : opgen_group;
+        double opgen_values[OPGEN_LINES_GROUP][OPGEN_LINES_MAX_VALUES + 1];
+        for (int opgen_at = 0; opgen_at < opgen_lines; ++opgen_at) {
+            layer_norm_backward_f32_before(call, opgen_first + opgen_at, opgen_values[opgen_at]);
+        }
+        for (int opgen_at = 0; opgen_at < opgen_lines; ++opgen_at) {
+            layer_norm_backward_f32_reduce_1(call, opgen_first + opgen_at, opgen_values[opgen_at]);
+        }
+        for (int opgen_at = 0; opgen_at < opgen_lines; ++opgen_at) {
+            layer_norm_backward_f32_after_1(call, opgen_first + opgen_at, opgen_values[opgen_at]);
+        }
+        for (int opgen_at = 0; opgen_at < opgen_lines; ++opgen_at) {
+            layer_norm_backward_f32_apply(call, opgen_first + opgen_at, opgen_values[opgen_at], opgen_across);
+        }
+    }
+}
+
 /* layer_norm_backward_f32: Layer-norm gradient over the axes from begin_norm_axis on (n elements a line), with the forward's mean and variance: x_hat = (src - mean) * inv_std, diff_src = inv_std * (g - mean(g) - x_hat * mean(g * x_hat)) with g = diff_dst * gamma; diff_gamma and diff_beta sum diff_dst * x_hat and diff_dst across the lines.
  * (src f32, diff_dst f32, mean f32, variance f32, gamma f32, diff_src f32, diff_gamma f32, diff_beta f32; computed in float, sums in double; 1 reduction pass and an element pass per line) */
 void OPGEN_KERNEL(layer_norm_backward_f32)(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, float epsilon, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t length, int64_t inner)
@@ -511,6 +536,7 @@ void OPGEN_KERNEL(layer_norm_backward_f32)(const float *OPGEN_RESTRICT src, cons
         .passes = passes,
         .apply = layer_norm_backward_f32_apply,
         .apply_columns = layer_norm_backward_f32_apply_columns,
+        .lines = layer_norm_backward_f32_lines,
         .store = NULL,
         .across_count = 2,
         .store_across = layer_norm_backward_f32_store_across,
@@ -1019,6 +1045,31 @@ static void layer_norm_backward_bf16_f32_store_across(const opgen_lines_call *ca
     }
 }
 
+/* contiguous lines [opgen_from, opgen_to): groups of lines, each pass over every line of a group before
+ * the next, the microkernels inlined (opgen_lines.h: lines) */
+static OPGEN_FLATTEN void layer_norm_backward_bf16_f32_lines(const opgen_lines_call *call, int64_t opgen_from, int64_t opgen_to,
+                                          double *opgen_across)
+{
+    const int opgen_group = opgen_lines_group(call->length);
+    (void)opgen_across;
+    for (int64_t opgen_first = opgen_from; opgen_first < opgen_to; opgen_first += opgen_group) {
+        const int opgen_lines = opgen_to - opgen_first < opgen_group ? (int)(opgen_to - opgen_first) : opgen_group;
+        double opgen_values[OPGEN_LINES_GROUP][OPGEN_LINES_MAX_VALUES + 1];
+        for (int opgen_at = 0; opgen_at < opgen_lines; ++opgen_at) {
+            layer_norm_backward_bf16_f32_before(call, opgen_first + opgen_at, opgen_values[opgen_at]);
+        }
+        for (int opgen_at = 0; opgen_at < opgen_lines; ++opgen_at) {
+            layer_norm_backward_bf16_f32_reduce_1(call, opgen_first + opgen_at, opgen_values[opgen_at]);
+        }
+        for (int opgen_at = 0; opgen_at < opgen_lines; ++opgen_at) {
+            layer_norm_backward_bf16_f32_after_1(call, opgen_first + opgen_at, opgen_values[opgen_at]);
+        }
+        for (int opgen_at = 0; opgen_at < opgen_lines; ++opgen_at) {
+            layer_norm_backward_bf16_f32_apply(call, opgen_first + opgen_at, opgen_values[opgen_at], opgen_across);
+        }
+    }
+}
+
 /* layer_norm_backward_bf16_f32: Layer-norm gradient over the axes from begin_norm_axis on (n elements a line), with the forward's mean and variance: x_hat = (src - mean) * inv_std, diff_src = inv_std * (g - mean(g) - x_hat * mean(g * x_hat)) with g = diff_dst * gamma; diff_gamma and diff_beta sum diff_dst * x_hat and diff_dst across the lines.
  * (src bf16, diff_dst bf16, mean f32, variance f32, gamma f32, diff_src bf16, diff_gamma f32, diff_beta f32; computed in float, sums in double; 1 reduction pass and an element pass per line) */
 void OPGEN_KERNEL(layer_norm_backward_bf16_f32)(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, opgen_bf16 *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, float epsilon, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t length, int64_t inner)
@@ -1033,6 +1084,7 @@ void OPGEN_KERNEL(layer_norm_backward_bf16_f32)(const opgen_bf16 *OPGEN_RESTRICT
         .passes = passes,
         .apply = layer_norm_backward_bf16_f32_apply,
         .apply_columns = layer_norm_backward_bf16_f32_apply_columns,
+        .lines = layer_norm_backward_bf16_f32_lines,
         .store = NULL,
         .across_count = 2,
         .store_across = layer_norm_backward_bf16_f32_store_across,
@@ -1541,6 +1593,31 @@ static void layer_norm_backward_f16_f32_store_across(const opgen_lines_call *cal
     }
 }
 
+/* contiguous lines [opgen_from, opgen_to): groups of lines, each pass over every line of a group before
+ * the next, the microkernels inlined (opgen_lines.h: lines) */
+static OPGEN_FLATTEN void layer_norm_backward_f16_f32_lines(const opgen_lines_call *call, int64_t opgen_from, int64_t opgen_to,
+                                          double *opgen_across)
+{
+    const int opgen_group = opgen_lines_group(call->length);
+    (void)opgen_across;
+    for (int64_t opgen_first = opgen_from; opgen_first < opgen_to; opgen_first += opgen_group) {
+        const int opgen_lines = opgen_to - opgen_first < opgen_group ? (int)(opgen_to - opgen_first) : opgen_group;
+        double opgen_values[OPGEN_LINES_GROUP][OPGEN_LINES_MAX_VALUES + 1];
+        for (int opgen_at = 0; opgen_at < opgen_lines; ++opgen_at) {
+            layer_norm_backward_f16_f32_before(call, opgen_first + opgen_at, opgen_values[opgen_at]);
+        }
+        for (int opgen_at = 0; opgen_at < opgen_lines; ++opgen_at) {
+            layer_norm_backward_f16_f32_reduce_1(call, opgen_first + opgen_at, opgen_values[opgen_at]);
+        }
+        for (int opgen_at = 0; opgen_at < opgen_lines; ++opgen_at) {
+            layer_norm_backward_f16_f32_after_1(call, opgen_first + opgen_at, opgen_values[opgen_at]);
+        }
+        for (int opgen_at = 0; opgen_at < opgen_lines; ++opgen_at) {
+            layer_norm_backward_f16_f32_apply(call, opgen_first + opgen_at, opgen_values[opgen_at], opgen_across);
+        }
+    }
+}
+
 /* layer_norm_backward_f16_f32: Layer-norm gradient over the axes from begin_norm_axis on (n elements a line), with the forward's mean and variance: x_hat = (src - mean) * inv_std, diff_src = inv_std * (g - mean(g) - x_hat * mean(g * x_hat)) with g = diff_dst * gamma; diff_gamma and diff_beta sum diff_dst * x_hat and diff_dst across the lines.
  * (src f16, diff_dst f16, mean f32, variance f32, gamma f32, diff_src f16, diff_gamma f32, diff_beta f32; computed in float, sums in double; 1 reduction pass and an element pass per line) */
 void OPGEN_KERNEL(layer_norm_backward_f16_f32)(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16 *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, opgen_f16 *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, float epsilon, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t length, int64_t inner)
@@ -1555,6 +1632,7 @@ void OPGEN_KERNEL(layer_norm_backward_f16_f32)(const opgen_f16 *OPGEN_RESTRICT s
         .passes = passes,
         .apply = layer_norm_backward_f16_f32_apply,
         .apply_columns = layer_norm_backward_f16_f32_apply_columns,
+        .lines = layer_norm_backward_f16_f32_lines,
         .store = NULL,
         .across_count = 2,
         .store_across = layer_norm_backward_f16_f32_store_across,

@@ -383,6 +383,31 @@ static void log_soft_max_f32_apply_columns(const opgen_lines_call *call, int64_t
     }
 }
 
+/* contiguous lines [opgen_from, opgen_to): groups of lines, each pass over every line of a group before
+ * the next, the microkernels inlined (opgen_lines.h: lines) */
+static OPGEN_FLATTEN void log_soft_max_f32_lines(const opgen_lines_call *call, int64_t opgen_from, int64_t opgen_to,
+                                          double *opgen_across)
+{
+    const int opgen_group = opgen_lines_group(call->length);
+    (void)opgen_across;
+    for (int64_t opgen_first = opgen_from; opgen_first < opgen_to; opgen_first += opgen_group) {
+        const int opgen_lines = opgen_to - opgen_first < opgen_group ? (int)(opgen_to - opgen_first) : opgen_group;
+        double opgen_values[OPGEN_LINES_GROUP][OPGEN_LINES_MAX_VALUES + 1];
+        for (int opgen_at = 0; opgen_at < opgen_lines; ++opgen_at) {
+            log_soft_max_f32_reduce_1(call, opgen_first + opgen_at, opgen_values[opgen_at]);
+        }
+        for (int opgen_at = 0; opgen_at < opgen_lines; ++opgen_at) {
+            log_soft_max_f32_reduce_2(call, opgen_first + opgen_at, opgen_values[opgen_at]);
+        }
+        for (int opgen_at = 0; opgen_at < opgen_lines; ++opgen_at) {
+            log_soft_max_f32_after_2(call, opgen_first + opgen_at, opgen_values[opgen_at]);
+        }
+        for (int opgen_at = 0; opgen_at < opgen_lines; ++opgen_at) {
+            log_soft_max_f32_apply(call, opgen_first + opgen_at, opgen_values[opgen_at], opgen_across);
+        }
+    }
+}
+
 /* log_soft_max_f32: LogSoftmax along one axis: dst = src - max - log(sum(exp(src - max))), the max and the sum taken over the elements along `axis`.
  * (src f32, dst f32; computed in float, sums in double; 2 reduction passes and an element pass per line) */
 void OPGEN_KERNEL(log_soft_max_f32)(const float *OPGEN_RESTRICT src, float *OPGEN_RESTRICT dst, int64_t outer, int64_t length, int64_t inner)
@@ -398,6 +423,7 @@ void OPGEN_KERNEL(log_soft_max_f32)(const float *OPGEN_RESTRICT src, float *OPGE
         .passes = passes,
         .apply = log_soft_max_f32_apply,
         .apply_columns = log_soft_max_f32_apply_columns,
+        .lines = log_soft_max_f32_lines,
         .store = NULL,
         .across_count = 0,
         .store_across = NULL,
@@ -792,6 +818,31 @@ static void log_soft_max_bf16_apply_columns(const opgen_lines_call *call, int64_
     }
 }
 
+/* contiguous lines [opgen_from, opgen_to): groups of lines, each pass over every line of a group before
+ * the next, the microkernels inlined (opgen_lines.h: lines) */
+static OPGEN_FLATTEN void log_soft_max_bf16_lines(const opgen_lines_call *call, int64_t opgen_from, int64_t opgen_to,
+                                          double *opgen_across)
+{
+    const int opgen_group = opgen_lines_group(call->length);
+    (void)opgen_across;
+    for (int64_t opgen_first = opgen_from; opgen_first < opgen_to; opgen_first += opgen_group) {
+        const int opgen_lines = opgen_to - opgen_first < opgen_group ? (int)(opgen_to - opgen_first) : opgen_group;
+        double opgen_values[OPGEN_LINES_GROUP][OPGEN_LINES_MAX_VALUES + 1];
+        for (int opgen_at = 0; opgen_at < opgen_lines; ++opgen_at) {
+            log_soft_max_bf16_reduce_1(call, opgen_first + opgen_at, opgen_values[opgen_at]);
+        }
+        for (int opgen_at = 0; opgen_at < opgen_lines; ++opgen_at) {
+            log_soft_max_bf16_reduce_2(call, opgen_first + opgen_at, opgen_values[opgen_at]);
+        }
+        for (int opgen_at = 0; opgen_at < opgen_lines; ++opgen_at) {
+            log_soft_max_bf16_after_2(call, opgen_first + opgen_at, opgen_values[opgen_at]);
+        }
+        for (int opgen_at = 0; opgen_at < opgen_lines; ++opgen_at) {
+            log_soft_max_bf16_apply(call, opgen_first + opgen_at, opgen_values[opgen_at], opgen_across);
+        }
+    }
+}
+
 /* log_soft_max_bf16: LogSoftmax along one axis: dst = src - max - log(sum(exp(src - max))), the max and the sum taken over the elements along `axis`.
  * (src bf16, dst bf16; computed in float, sums in double; 2 reduction passes and an element pass per line) */
 void OPGEN_KERNEL(log_soft_max_bf16)(const opgen_bf16 *OPGEN_RESTRICT src, opgen_bf16 *OPGEN_RESTRICT dst, int64_t outer, int64_t length, int64_t inner)
@@ -807,6 +858,7 @@ void OPGEN_KERNEL(log_soft_max_bf16)(const opgen_bf16 *OPGEN_RESTRICT src, opgen
         .passes = passes,
         .apply = log_soft_max_bf16_apply,
         .apply_columns = log_soft_max_bf16_apply_columns,
+        .lines = log_soft_max_bf16_lines,
         .store = NULL,
         .across_count = 0,
         .store_across = NULL,
@@ -1201,6 +1253,31 @@ static void log_soft_max_f16_apply_columns(const opgen_lines_call *call, int64_t
     }
 }
 
+/* contiguous lines [opgen_from, opgen_to): groups of lines, each pass over every line of a group before
+ * the next, the microkernels inlined (opgen_lines.h: lines) */
+static OPGEN_FLATTEN void log_soft_max_f16_lines(const opgen_lines_call *call, int64_t opgen_from, int64_t opgen_to,
+                                          double *opgen_across)
+{
+    const int opgen_group = opgen_lines_group(call->length);
+    (void)opgen_across;
+    for (int64_t opgen_first = opgen_from; opgen_first < opgen_to; opgen_first += opgen_group) {
+        const int opgen_lines = opgen_to - opgen_first < opgen_group ? (int)(opgen_to - opgen_first) : opgen_group;
+        double opgen_values[OPGEN_LINES_GROUP][OPGEN_LINES_MAX_VALUES + 1];
+        for (int opgen_at = 0; opgen_at < opgen_lines; ++opgen_at) {
+            log_soft_max_f16_reduce_1(call, opgen_first + opgen_at, opgen_values[opgen_at]);
+        }
+        for (int opgen_at = 0; opgen_at < opgen_lines; ++opgen_at) {
+            log_soft_max_f16_reduce_2(call, opgen_first + opgen_at, opgen_values[opgen_at]);
+        }
+        for (int opgen_at = 0; opgen_at < opgen_lines; ++opgen_at) {
+            log_soft_max_f16_after_2(call, opgen_first + opgen_at, opgen_values[opgen_at]);
+        }
+        for (int opgen_at = 0; opgen_at < opgen_lines; ++opgen_at) {
+            log_soft_max_f16_apply(call, opgen_first + opgen_at, opgen_values[opgen_at], opgen_across);
+        }
+    }
+}
+
 /* log_soft_max_f16: LogSoftmax along one axis: dst = src - max - log(sum(exp(src - max))), the max and the sum taken over the elements along `axis`.
  * (src f16, dst f16; computed in float, sums in double; 2 reduction passes and an element pass per line) */
 void OPGEN_KERNEL(log_soft_max_f16)(const opgen_f16 *OPGEN_RESTRICT src, opgen_f16 *OPGEN_RESTRICT dst, int64_t outer, int64_t length, int64_t inner)
@@ -1216,6 +1293,7 @@ void OPGEN_KERNEL(log_soft_max_f16)(const opgen_f16 *OPGEN_RESTRICT src, opgen_f
         .passes = passes,
         .apply = log_soft_max_f16_apply,
         .apply_columns = log_soft_max_f16_apply_columns,
+        .lines = log_soft_max_f16_lines,
         .store = NULL,
         .across_count = 0,
         .store_across = NULL,

@@ -329,6 +329,25 @@ static void log_soft_max_backward_f32_apply_columns(const opgen_lines_call *call
     }
 }
 
+/* contiguous lines [opgen_from, opgen_to): groups of lines, each pass over every line of a group before
+ * the next, the microkernels inlined (opgen_lines.h: lines) */
+static OPGEN_FLATTEN void log_soft_max_backward_f32_lines(const opgen_lines_call *call, int64_t opgen_from, int64_t opgen_to,
+                                          double *opgen_across)
+{
+    const int opgen_group = opgen_lines_group(call->length);
+    (void)opgen_across;
+    for (int64_t opgen_first = opgen_from; opgen_first < opgen_to; opgen_first += opgen_group) {
+        const int opgen_lines = opgen_to - opgen_first < opgen_group ? (int)(opgen_to - opgen_first) : opgen_group;
+        double opgen_values[OPGEN_LINES_GROUP][OPGEN_LINES_MAX_VALUES + 1];
+        for (int opgen_at = 0; opgen_at < opgen_lines; ++opgen_at) {
+            log_soft_max_backward_f32_reduce_1(call, opgen_first + opgen_at, opgen_values[opgen_at]);
+        }
+        for (int opgen_at = 0; opgen_at < opgen_lines; ++opgen_at) {
+            log_soft_max_backward_f32_apply(call, opgen_first + opgen_at, opgen_values[opgen_at], opgen_across);
+        }
+    }
+}
+
 /* log_soft_max_backward_f32: LogSoftmax gradient along one axis: diff_src = diff_dst - exp(dst) * sum(diff_dst), the sum taken over the elements along `axis`.
  * (diff_dst f32, dst f32, diff_src f32; computed in double, sums in double; 1 reduction pass and an element pass per line) */
 void OPGEN_KERNEL(log_soft_max_backward_f32)(const float *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT dst, float *OPGEN_RESTRICT diff_src, int64_t outer, int64_t length, int64_t inner)
@@ -343,6 +362,7 @@ void OPGEN_KERNEL(log_soft_max_backward_f32)(const float *OPGEN_RESTRICT diff_ds
         .passes = passes,
         .apply = log_soft_max_backward_f32_apply,
         .apply_columns = log_soft_max_backward_f32_apply_columns,
+        .lines = log_soft_max_backward_f32_lines,
         .store = NULL,
         .across_count = 0,
         .store_across = NULL,
@@ -674,6 +694,25 @@ static void log_soft_max_backward_bf16_apply_columns(const opgen_lines_call *cal
     }
 }
 
+/* contiguous lines [opgen_from, opgen_to): groups of lines, each pass over every line of a group before
+ * the next, the microkernels inlined (opgen_lines.h: lines) */
+static OPGEN_FLATTEN void log_soft_max_backward_bf16_lines(const opgen_lines_call *call, int64_t opgen_from, int64_t opgen_to,
+                                          double *opgen_across)
+{
+    const int opgen_group = opgen_lines_group(call->length);
+    (void)opgen_across;
+    for (int64_t opgen_first = opgen_from; opgen_first < opgen_to; opgen_first += opgen_group) {
+        const int opgen_lines = opgen_to - opgen_first < opgen_group ? (int)(opgen_to - opgen_first) : opgen_group;
+        double opgen_values[OPGEN_LINES_GROUP][OPGEN_LINES_MAX_VALUES + 1];
+        for (int opgen_at = 0; opgen_at < opgen_lines; ++opgen_at) {
+            log_soft_max_backward_bf16_reduce_1(call, opgen_first + opgen_at, opgen_values[opgen_at]);
+        }
+        for (int opgen_at = 0; opgen_at < opgen_lines; ++opgen_at) {
+            log_soft_max_backward_bf16_apply(call, opgen_first + opgen_at, opgen_values[opgen_at], opgen_across);
+        }
+    }
+}
+
 /* log_soft_max_backward_bf16: LogSoftmax gradient along one axis: diff_src = diff_dst - exp(dst) * sum(diff_dst), the sum taken over the elements along `axis`.
  * (diff_dst bf16, dst bf16, diff_src bf16; computed in double, sums in double; 1 reduction pass and an element pass per line) */
 void OPGEN_KERNEL(log_soft_max_backward_bf16)(const opgen_bf16 *OPGEN_RESTRICT diff_dst, const opgen_bf16 *OPGEN_RESTRICT dst, opgen_bf16 *OPGEN_RESTRICT diff_src, int64_t outer, int64_t length, int64_t inner)
@@ -688,6 +727,7 @@ void OPGEN_KERNEL(log_soft_max_backward_bf16)(const opgen_bf16 *OPGEN_RESTRICT d
         .passes = passes,
         .apply = log_soft_max_backward_bf16_apply,
         .apply_columns = log_soft_max_backward_bf16_apply_columns,
+        .lines = log_soft_max_backward_bf16_lines,
         .store = NULL,
         .across_count = 0,
         .store_across = NULL,
@@ -1019,6 +1059,25 @@ static void log_soft_max_backward_f16_apply_columns(const opgen_lines_call *call
     }
 }
 
+/* contiguous lines [opgen_from, opgen_to): groups of lines, each pass over every line of a group before
+ * the next, the microkernels inlined (opgen_lines.h: lines) */
+static OPGEN_FLATTEN void log_soft_max_backward_f16_lines(const opgen_lines_call *call, int64_t opgen_from, int64_t opgen_to,
+                                          double *opgen_across)
+{
+    const int opgen_group = opgen_lines_group(call->length);
+    (void)opgen_across;
+    for (int64_t opgen_first = opgen_from; opgen_first < opgen_to; opgen_first += opgen_group) {
+        const int opgen_lines = opgen_to - opgen_first < opgen_group ? (int)(opgen_to - opgen_first) : opgen_group;
+        double opgen_values[OPGEN_LINES_GROUP][OPGEN_LINES_MAX_VALUES + 1];
+        for (int opgen_at = 0; opgen_at < opgen_lines; ++opgen_at) {
+            log_soft_max_backward_f16_reduce_1(call, opgen_first + opgen_at, opgen_values[opgen_at]);
+        }
+        for (int opgen_at = 0; opgen_at < opgen_lines; ++opgen_at) {
+            log_soft_max_backward_f16_apply(call, opgen_first + opgen_at, opgen_values[opgen_at], opgen_across);
+        }
+    }
+}
+
 /* log_soft_max_backward_f16: LogSoftmax gradient along one axis: diff_src = diff_dst - exp(dst) * sum(diff_dst), the sum taken over the elements along `axis`.
  * (diff_dst f16, dst f16, diff_src f16; computed in float, sums in double; 1 reduction pass and an element pass per line) */
 void OPGEN_KERNEL(log_soft_max_backward_f16)(const opgen_f16 *OPGEN_RESTRICT diff_dst, const opgen_f16 *OPGEN_RESTRICT dst, opgen_f16 *OPGEN_RESTRICT diff_src, int64_t outer, int64_t length, int64_t inner)
@@ -1033,6 +1092,7 @@ void OPGEN_KERNEL(log_soft_max_backward_f16)(const opgen_f16 *OPGEN_RESTRICT dif
         .passes = passes,
         .apply = log_soft_max_backward_f16_apply,
         .apply_columns = log_soft_max_backward_f16_apply_columns,
+        .lines = log_soft_max_backward_f16_lines,
         .store = NULL,
         .across_count = 0,
         .store_across = NULL,

@@ -93,6 +93,13 @@
 #else
 #define OPGEN_MICROKERNEL static inline
 #endif
+/* A loop over microkernels with every call in it inlined: the microkernels' constants are set
+ * once for the loop, and their code interleaves (the along_axes kernels' groups of lines). */
+#if defined(__GNUC__) || defined(__clang__)
+#define OPGEN_FLATTEN __attribute__((flatten))
+#else
+#define OPGEN_FLATTEN
+#endif
 
 /* Elements per unrolled step, and per-lane partial sums in a reduction. */
 #define OPGEN_BLOCK 16
@@ -134,6 +141,10 @@
 #define OPGEN_LINES_COLUMN_BLOCKS 4
 /* Doubles of a thread's copy of a kernel's along inputs, widened once a call (opgen_lines.h). */
 #define OPGEN_LINES_WIDE_VALUES ((int64_t)2048)
+/* Contiguous lines each pass goes over in turn, before the next pass (opgen_lines.h: lines):
+ * at most this many, and as many as make OPGEN_LINES_GROUP_ELEMENTS elements. */
+#define OPGEN_LINES_GROUP 4
+#define OPGEN_LINES_GROUP_ELEMENTS ((int64_t)256)
 /* binary: elements of the longest run one microkernel call computes: long rows are split into
  * such pieces so that threads share them out even when there are few rows (a multiple of
  * OPGEN_BLOCK: only a row's last piece has a partial block). */

@@ -2,28 +2,6 @@
 #include "opgen.h"
 #include "opgen_lines.h"
 
-/* One contiguous line, start to end. */
-static void opgen_lines_one(const opgen_lines_kernel *kernel, const opgen_lines_call *call, int64_t line,
-                            double *across)
-{
-    double values[OPGEN_LINES_MAX_VALUES + 1];
-    if (kernel->values_before != NULL) {
-        kernel->values_before(call, line, values);
-    }
-    for (int k = 0; k < kernel->pass_count; ++k) {
-        kernel->passes[k].reduce(call, line, values);
-        if (kernel->passes[k].after != NULL) {
-            kernel->passes[k].after(call, line, values);
-        }
-    }
-    if (kernel->apply != NULL) {
-        kernel->apply(call, line, values, across);
-    }
-    if (kernel->store != NULL) {
-        kernel->store(call, line, values);
-    }
-}
-
 /* Up to OPGEN_LINES_LANES neighbouring lines from `position`, one per lane. */
 static void opgen_lines_columns(const opgen_lines_kernel *kernel, const opgen_lines_call *call, int64_t outer_index,
                                 int64_t position, int lanes, double *across)
@@ -96,9 +74,7 @@ static void opgen_lines_range(const opgen_lines_kernel *kernel, const opgen_line
                               int64_t last, double *across)
 {
     if (call->inner == 1) {
-        for (int64_t line = first; line < last; ++line) {
-            opgen_lines_one(kernel, call, line, across);
-        }
+        kernel->lines(call, first, last, across);
         return;
     }
     {
@@ -267,10 +243,11 @@ void opgen_lines_run(const opgen_lines_kernel *kernel, const opgen_lines_call *c
     const int64_t elements = call->outer * call->length * call->inner;
     const int64_t units = opgen_lines_units(call->outer, call->inner);
     const int across = kernel->across_count > 0;
-    /* with sums across lines, a chunk of units is the unit of work: each its own partial sums */
-    const int64_t chunks = across ? opgen_lines_chunks(units, elements) : units;
-    const int64_t row = kernel->across_count * call->length; /* a chunk's partial sums */
     int threads = opgen_threads_for(elements * kernel->work_per_element);
+    /* with sums across lines, a chunk of units is the unit of work: each its own partial sums;
+     * without, one chunk a thread (a range of units, which `lines` takes in groups) */
+    const int64_t chunks = across ? opgen_lines_chunks(units, elements) : opgen_min(units, threads);
+    const int64_t row = kernel->across_count * call->length; /* a chunk's partial sums */
     if (threads > chunks) {
         threads = (int)(chunks > 0 ? chunks : 1);
     }

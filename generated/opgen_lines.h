@@ -18,10 +18,12 @@
  * chunks are fixed by the shape alone, each computed by one thread and added up in order at
  * the end (store_across writes them): the sums never depend on the thread count either.
  * Where inner is 1 a line is contiguous and the microkernels take one line, vectorized along
- * it. Else they take up to OPGEN_LINES_LANES neighbouring lines at once (a tile), one per lane,
+ * it; the kernel's `lines` runs them over a range of such lines, in groups of
+ * opgen_lines_group(length) lines: each pass (and the values after it) over every line of the
+ * group before the next, then each line's element pass and line outputs, in line order. Else they take up to OPGEN_LINES_LANES neighbouring lines at once (a tile), one per lane,
  * walking the length (their elements are contiguous across the lines): the *_columns
  * microkernels.
- * Any microkernel but apply may be NULL (nothing to do).
+ * Any microkernel but lines may be NULL (nothing to do).
  *
  * An op over a set of axes (ReduceSum's axes list) has one reduction and line outputs. Where its
  * axes are neighbours (after dims of 1 are dropped and neighbours merged), they are the line.
@@ -75,6 +77,8 @@ typedef void (*opgen_lines_columns_function)(const opgen_lines_call *call, int64
 typedef void (*opgen_lines_apply_function)(const opgen_lines_call *call, int64_t line, double *values, double *across);
 typedef void (*opgen_lines_apply_columns_function)(const opgen_lines_call *call, int64_t outer_index,
                                                    int64_t position, int lanes, double *values, double *across);
+/* Contiguous lines [first, last) (inner 1), as the header comment says; `across` as for apply. */
+typedef void (*opgen_lines_range_function)(const opgen_lines_call *call, int64_t first, int64_t last, double *across);
 /* The sums across lines, added up (across_count rows of `length`), into their outputs. */
 typedef void (*opgen_lines_store_across_function)(const opgen_lines_call *call, const double *sums);
 
@@ -91,6 +95,7 @@ typedef struct opgen_lines_kernel {
     const opgen_lines_pass *passes;
     opgen_lines_apply_function apply;         /* NULL: no tensor output, no sum across lines */
     opgen_lines_apply_columns_function apply_columns;
+    opgen_lines_range_function lines;         /* contiguous lines: values_before to store, in groups */
     opgen_lines_line_function store;          /* NULL: no line output */
     int across_count;                         /* sums across lines (outputs of kind along) */
     opgen_lines_store_across_function store_across;
@@ -140,6 +145,14 @@ static inline double opgen_lines_min_double(double running, double term)
 {
     const double chosen = term < running ? term : running;
     return term != term ? term : chosen;
+}
+
+/* Lines of `length` elements in a group: up to OPGEN_LINES_GROUP, as many as make
+ * OPGEN_LINES_GROUP_ELEMENTS elements, one at least. */
+static inline int opgen_lines_group(int64_t length)
+{
+    const int64_t group = OPGEN_LINES_GROUP_ELEMENTS / (length > 0 ? length : 1);
+    return group < 1 ? 1 : group > OPGEN_LINES_GROUP ? OPGEN_LINES_GROUP : (int)group;
 }
 
 #endif /* OPGEN_LINES_H */

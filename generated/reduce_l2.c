@@ -144,6 +144,28 @@ static void reduce_l2_f32_store(const opgen_lines_call *call, int64_t line, doub
     }
 }
 
+/* contiguous lines [opgen_from, opgen_to): groups of lines, each pass over every line of a group before
+ * the next, the microkernels inlined (opgen_lines.h: lines) */
+static OPGEN_FLATTEN void reduce_l2_f32_lines(const opgen_lines_call *call, int64_t opgen_from, int64_t opgen_to,
+                                          double *opgen_across)
+{
+    const int opgen_group = opgen_lines_group(call->length);
+    (void)opgen_across;
+    for (int64_t opgen_first = opgen_from; opgen_first < opgen_to; opgen_first += opgen_group) {
+        const int opgen_lines = opgen_to - opgen_first < opgen_group ? (int)(opgen_to - opgen_first) : opgen_group;
+        double opgen_values[OPGEN_LINES_GROUP][OPGEN_LINES_MAX_VALUES + 1];
+        for (int opgen_at = 0; opgen_at < opgen_lines; ++opgen_at) {
+            reduce_l2_f32_reduce_1(call, opgen_first + opgen_at, opgen_values[opgen_at]);
+        }
+        for (int opgen_at = 0; opgen_at < opgen_lines; ++opgen_at) {
+            reduce_l2_f32_after_1(call, opgen_first + opgen_at, opgen_values[opgen_at]);
+        }
+        for (int opgen_at = 0; opgen_at < opgen_lines; ++opgen_at) {
+            reduce_l2_f32_store(call, opgen_first + opgen_at, opgen_values[opgen_at]);
+        }
+    }
+}
+
 /* reduce_l2_f32: The L2 norm of src over the axes `axes` names: the square root of the sum of the squares of its elements there.
  * (src f32, dst f32; computed in double, sums in double; 1 reduction pass and an element pass per line) */
 void OPGEN_KERNEL(reduce_l2_f32)(const float *OPGEN_RESTRICT src, float *OPGEN_RESTRICT dst, int64_t outer, int64_t length, int64_t inner, const int64_t *OPGEN_RESTRICT blocks)
@@ -158,6 +180,7 @@ void OPGEN_KERNEL(reduce_l2_f32)(const float *OPGEN_RESTRICT src, float *OPGEN_R
         .passes = passes,
         .apply = NULL,
         .apply_columns = NULL,
+        .lines = reduce_l2_f32_lines,
         .store = reduce_l2_f32_store,
         .across_count = 0,
         .store_across = NULL,
@@ -306,6 +329,28 @@ static void reduce_l2_bf16_store(const opgen_lines_call *call, int64_t line, dou
     }
 }
 
+/* contiguous lines [opgen_from, opgen_to): groups of lines, each pass over every line of a group before
+ * the next, the microkernels inlined (opgen_lines.h: lines) */
+static OPGEN_FLATTEN void reduce_l2_bf16_lines(const opgen_lines_call *call, int64_t opgen_from, int64_t opgen_to,
+                                          double *opgen_across)
+{
+    const int opgen_group = opgen_lines_group(call->length);
+    (void)opgen_across;
+    for (int64_t opgen_first = opgen_from; opgen_first < opgen_to; opgen_first += opgen_group) {
+        const int opgen_lines = opgen_to - opgen_first < opgen_group ? (int)(opgen_to - opgen_first) : opgen_group;
+        double opgen_values[OPGEN_LINES_GROUP][OPGEN_LINES_MAX_VALUES + 1];
+        for (int opgen_at = 0; opgen_at < opgen_lines; ++opgen_at) {
+            reduce_l2_bf16_reduce_1(call, opgen_first + opgen_at, opgen_values[opgen_at]);
+        }
+        for (int opgen_at = 0; opgen_at < opgen_lines; ++opgen_at) {
+            reduce_l2_bf16_after_1(call, opgen_first + opgen_at, opgen_values[opgen_at]);
+        }
+        for (int opgen_at = 0; opgen_at < opgen_lines; ++opgen_at) {
+            reduce_l2_bf16_store(call, opgen_first + opgen_at, opgen_values[opgen_at]);
+        }
+    }
+}
+
 /* reduce_l2_bf16: The L2 norm of src over the axes `axes` names: the square root of the sum of the squares of its elements there.
  * (src bf16, dst bf16; computed in double, sums in double; 1 reduction pass and an element pass per line) */
 void OPGEN_KERNEL(reduce_l2_bf16)(const opgen_bf16 *OPGEN_RESTRICT src, opgen_bf16 *OPGEN_RESTRICT dst, int64_t outer, int64_t length, int64_t inner, const int64_t *OPGEN_RESTRICT blocks)
@@ -320,6 +365,7 @@ void OPGEN_KERNEL(reduce_l2_bf16)(const opgen_bf16 *OPGEN_RESTRICT src, opgen_bf
         .passes = passes,
         .apply = NULL,
         .apply_columns = NULL,
+        .lines = reduce_l2_bf16_lines,
         .store = reduce_l2_bf16_store,
         .across_count = 0,
         .store_across = NULL,
@@ -468,6 +514,28 @@ static void reduce_l2_f16_store(const opgen_lines_call *call, int64_t line, doub
     }
 }
 
+/* contiguous lines [opgen_from, opgen_to): groups of lines, each pass over every line of a group before
+ * the next, the microkernels inlined (opgen_lines.h: lines) */
+static OPGEN_FLATTEN void reduce_l2_f16_lines(const opgen_lines_call *call, int64_t opgen_from, int64_t opgen_to,
+                                          double *opgen_across)
+{
+    const int opgen_group = opgen_lines_group(call->length);
+    (void)opgen_across;
+    for (int64_t opgen_first = opgen_from; opgen_first < opgen_to; opgen_first += opgen_group) {
+        const int opgen_lines = opgen_to - opgen_first < opgen_group ? (int)(opgen_to - opgen_first) : opgen_group;
+        double opgen_values[OPGEN_LINES_GROUP][OPGEN_LINES_MAX_VALUES + 1];
+        for (int opgen_at = 0; opgen_at < opgen_lines; ++opgen_at) {
+            reduce_l2_f16_reduce_1(call, opgen_first + opgen_at, opgen_values[opgen_at]);
+        }
+        for (int opgen_at = 0; opgen_at < opgen_lines; ++opgen_at) {
+            reduce_l2_f16_after_1(call, opgen_first + opgen_at, opgen_values[opgen_at]);
+        }
+        for (int opgen_at = 0; opgen_at < opgen_lines; ++opgen_at) {
+            reduce_l2_f16_store(call, opgen_first + opgen_at, opgen_values[opgen_at]);
+        }
+    }
+}
+
 /* reduce_l2_f16: The L2 norm of src over the axes `axes` names: the square root of the sum of the squares of its elements there.
  * (src f16, dst f16; computed in float, sums in double; 1 reduction pass and an element pass per line) */
 void OPGEN_KERNEL(reduce_l2_f16)(const opgen_f16 *OPGEN_RESTRICT src, opgen_f16 *OPGEN_RESTRICT dst, int64_t outer, int64_t length, int64_t inner, const int64_t *OPGEN_RESTRICT blocks)
@@ -482,6 +550,7 @@ void OPGEN_KERNEL(reduce_l2_f16)(const opgen_f16 *OPGEN_RESTRICT src, opgen_f16 
         .passes = passes,
         .apply = NULL,
         .apply_columns = NULL,
+        .lines = reduce_l2_f16_lines,
         .store = reduce_l2_f16_store,
         .across_count = 0,
         .store_across = NULL,

@@ -127,6 +127,25 @@ static void reduce_prod_f32_store(const opgen_lines_call *call, int64_t line, do
     }
 }
 
+/* contiguous lines [opgen_from, opgen_to): groups of lines, each pass over every line of a group before
+ * the next, the microkernels inlined (opgen_lines.h: lines) */
+static OPGEN_FLATTEN void reduce_prod_f32_lines(const opgen_lines_call *call, int64_t opgen_from, int64_t opgen_to,
+                                          double *opgen_across)
+{
+    const int opgen_group = opgen_lines_group(call->length);
+    (void)opgen_across;
+    for (int64_t opgen_first = opgen_from; opgen_first < opgen_to; opgen_first += opgen_group) {
+        const int opgen_lines = opgen_to - opgen_first < opgen_group ? (int)(opgen_to - opgen_first) : opgen_group;
+        double opgen_values[OPGEN_LINES_GROUP][OPGEN_LINES_MAX_VALUES + 1];
+        for (int opgen_at = 0; opgen_at < opgen_lines; ++opgen_at) {
+            reduce_prod_f32_reduce_1(call, opgen_first + opgen_at, opgen_values[opgen_at]);
+        }
+        for (int opgen_at = 0; opgen_at < opgen_lines; ++opgen_at) {
+            reduce_prod_f32_store(call, opgen_first + opgen_at, opgen_values[opgen_at]);
+        }
+    }
+}
+
 /* reduce_prod_f32: The product of src's elements over the axes `axes` names.
  * (src f32, dst f32; computed in float, sums in double; 1 reduction pass and an element pass per line) */
 void OPGEN_KERNEL(reduce_prod_f32)(const float *OPGEN_RESTRICT src, float *OPGEN_RESTRICT dst, int64_t outer, int64_t length, int64_t inner, const int64_t *OPGEN_RESTRICT blocks)
@@ -141,6 +160,7 @@ void OPGEN_KERNEL(reduce_prod_f32)(const float *OPGEN_RESTRICT src, float *OPGEN
         .passes = passes,
         .apply = NULL,
         .apply_columns = NULL,
+        .lines = reduce_prod_f32_lines,
         .store = reduce_prod_f32_store,
         .across_count = 0,
         .store_across = NULL,
@@ -281,6 +301,25 @@ static void reduce_prod_bf16_store(const opgen_lines_call *call, int64_t line, d
     }
 }
 
+/* contiguous lines [opgen_from, opgen_to): groups of lines, each pass over every line of a group before
+ * the next, the microkernels inlined (opgen_lines.h: lines) */
+static OPGEN_FLATTEN void reduce_prod_bf16_lines(const opgen_lines_call *call, int64_t opgen_from, int64_t opgen_to,
+                                          double *opgen_across)
+{
+    const int opgen_group = opgen_lines_group(call->length);
+    (void)opgen_across;
+    for (int64_t opgen_first = opgen_from; opgen_first < opgen_to; opgen_first += opgen_group) {
+        const int opgen_lines = opgen_to - opgen_first < opgen_group ? (int)(opgen_to - opgen_first) : opgen_group;
+        double opgen_values[OPGEN_LINES_GROUP][OPGEN_LINES_MAX_VALUES + 1];
+        for (int opgen_at = 0; opgen_at < opgen_lines; ++opgen_at) {
+            reduce_prod_bf16_reduce_1(call, opgen_first + opgen_at, opgen_values[opgen_at]);
+        }
+        for (int opgen_at = 0; opgen_at < opgen_lines; ++opgen_at) {
+            reduce_prod_bf16_store(call, opgen_first + opgen_at, opgen_values[opgen_at]);
+        }
+    }
+}
+
 /* reduce_prod_bf16: The product of src's elements over the axes `axes` names.
  * (src bf16, dst bf16; computed in float, sums in double; 1 reduction pass and an element pass per line) */
 void OPGEN_KERNEL(reduce_prod_bf16)(const opgen_bf16 *OPGEN_RESTRICT src, opgen_bf16 *OPGEN_RESTRICT dst, int64_t outer, int64_t length, int64_t inner, const int64_t *OPGEN_RESTRICT blocks)
@@ -295,6 +334,7 @@ void OPGEN_KERNEL(reduce_prod_bf16)(const opgen_bf16 *OPGEN_RESTRICT src, opgen_
         .passes = passes,
         .apply = NULL,
         .apply_columns = NULL,
+        .lines = reduce_prod_bf16_lines,
         .store = reduce_prod_bf16_store,
         .across_count = 0,
         .store_across = NULL,
@@ -435,6 +475,25 @@ static void reduce_prod_f16_store(const opgen_lines_call *call, int64_t line, do
     }
 }
 
+/* contiguous lines [opgen_from, opgen_to): groups of lines, each pass over every line of a group before
+ * the next, the microkernels inlined (opgen_lines.h: lines) */
+static OPGEN_FLATTEN void reduce_prod_f16_lines(const opgen_lines_call *call, int64_t opgen_from, int64_t opgen_to,
+                                          double *opgen_across)
+{
+    const int opgen_group = opgen_lines_group(call->length);
+    (void)opgen_across;
+    for (int64_t opgen_first = opgen_from; opgen_first < opgen_to; opgen_first += opgen_group) {
+        const int opgen_lines = opgen_to - opgen_first < opgen_group ? (int)(opgen_to - opgen_first) : opgen_group;
+        double opgen_values[OPGEN_LINES_GROUP][OPGEN_LINES_MAX_VALUES + 1];
+        for (int opgen_at = 0; opgen_at < opgen_lines; ++opgen_at) {
+            reduce_prod_f16_reduce_1(call, opgen_first + opgen_at, opgen_values[opgen_at]);
+        }
+        for (int opgen_at = 0; opgen_at < opgen_lines; ++opgen_at) {
+            reduce_prod_f16_store(call, opgen_first + opgen_at, opgen_values[opgen_at]);
+        }
+    }
+}
+
 /* reduce_prod_f16: The product of src's elements over the axes `axes` names.
  * (src f16, dst f16; computed in float, sums in double; 1 reduction pass and an element pass per line) */
 void OPGEN_KERNEL(reduce_prod_f16)(const opgen_f16 *OPGEN_RESTRICT src, opgen_f16 *OPGEN_RESTRICT dst, int64_t outer, int64_t length, int64_t inner, const int64_t *OPGEN_RESTRICT blocks)
@@ -449,6 +508,7 @@ void OPGEN_KERNEL(reduce_prod_f16)(const opgen_f16 *OPGEN_RESTRICT src, opgen_f1
         .passes = passes,
         .apply = NULL,
         .apply_columns = NULL,
+        .lines = reduce_prod_f16_lines,
         .store = reduce_prod_f16_store,
         .across_count = 0,
         .store_across = NULL,

@@ -313,6 +313,25 @@ static void soft_max_backward_f32_apply_columns(const opgen_lines_call *call, in
     }
 }
 
+/* contiguous lines [opgen_from, opgen_to): groups of lines, each pass over every line of a group before
+ * the next, the microkernels inlined (opgen_lines.h: lines) */
+static OPGEN_FLATTEN void soft_max_backward_f32_lines(const opgen_lines_call *call, int64_t opgen_from, int64_t opgen_to,
+                                          double *opgen_across)
+{
+    const int opgen_group = opgen_lines_group(call->length);
+    (void)opgen_across;
+    for (int64_t opgen_first = opgen_from; opgen_first < opgen_to; opgen_first += opgen_group) {
+        const int opgen_lines = opgen_to - opgen_first < opgen_group ? (int)(opgen_to - opgen_first) : opgen_group;
+        double opgen_values[OPGEN_LINES_GROUP][OPGEN_LINES_MAX_VALUES + 1];
+        for (int opgen_at = 0; opgen_at < opgen_lines; ++opgen_at) {
+            soft_max_backward_f32_reduce_1(call, opgen_first + opgen_at, opgen_values[opgen_at]);
+        }
+        for (int opgen_at = 0; opgen_at < opgen_lines; ++opgen_at) {
+            soft_max_backward_f32_apply(call, opgen_first + opgen_at, opgen_values[opgen_at], opgen_across);
+        }
+    }
+}
+
 /* soft_max_backward_f32: SoftMax gradient along one axis: diff_src = dst * (diff_dst - sum(diff_dst * dst)), the sum taken over the elements along `axis`.
  * (diff_dst f32, dst f32, diff_src f32; computed in double, sums in double; 1 reduction pass and an element pass per line) */
 void OPGEN_KERNEL(soft_max_backward_f32)(const float *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT dst, float *OPGEN_RESTRICT diff_src, int64_t outer, int64_t length, int64_t inner)
@@ -327,6 +346,7 @@ void OPGEN_KERNEL(soft_max_backward_f32)(const float *OPGEN_RESTRICT diff_dst, c
         .passes = passes,
         .apply = soft_max_backward_f32_apply,
         .apply_columns = soft_max_backward_f32_apply_columns,
+        .lines = soft_max_backward_f32_lines,
         .store = NULL,
         .across_count = 0,
         .store_across = NULL,
@@ -622,6 +642,25 @@ static void soft_max_backward_bf16_apply_columns(const opgen_lines_call *call, i
     }
 }
 
+/* contiguous lines [opgen_from, opgen_to): groups of lines, each pass over every line of a group before
+ * the next, the microkernels inlined (opgen_lines.h: lines) */
+static OPGEN_FLATTEN void soft_max_backward_bf16_lines(const opgen_lines_call *call, int64_t opgen_from, int64_t opgen_to,
+                                          double *opgen_across)
+{
+    const int opgen_group = opgen_lines_group(call->length);
+    (void)opgen_across;
+    for (int64_t opgen_first = opgen_from; opgen_first < opgen_to; opgen_first += opgen_group) {
+        const int opgen_lines = opgen_to - opgen_first < opgen_group ? (int)(opgen_to - opgen_first) : opgen_group;
+        double opgen_values[OPGEN_LINES_GROUP][OPGEN_LINES_MAX_VALUES + 1];
+        for (int opgen_at = 0; opgen_at < opgen_lines; ++opgen_at) {
+            soft_max_backward_bf16_reduce_1(call, opgen_first + opgen_at, opgen_values[opgen_at]);
+        }
+        for (int opgen_at = 0; opgen_at < opgen_lines; ++opgen_at) {
+            soft_max_backward_bf16_apply(call, opgen_first + opgen_at, opgen_values[opgen_at], opgen_across);
+        }
+    }
+}
+
 /* soft_max_backward_bf16: SoftMax gradient along one axis: diff_src = dst * (diff_dst - sum(diff_dst * dst)), the sum taken over the elements along `axis`.
  * (diff_dst bf16, dst bf16, diff_src bf16; computed in double, sums in double; 1 reduction pass and an element pass per line) */
 void OPGEN_KERNEL(soft_max_backward_bf16)(const opgen_bf16 *OPGEN_RESTRICT diff_dst, const opgen_bf16 *OPGEN_RESTRICT dst, opgen_bf16 *OPGEN_RESTRICT diff_src, int64_t outer, int64_t length, int64_t inner)
@@ -636,6 +675,7 @@ void OPGEN_KERNEL(soft_max_backward_bf16)(const opgen_bf16 *OPGEN_RESTRICT diff_
         .passes = passes,
         .apply = soft_max_backward_bf16_apply,
         .apply_columns = soft_max_backward_bf16_apply_columns,
+        .lines = soft_max_backward_bf16_lines,
         .store = NULL,
         .across_count = 0,
         .store_across = NULL,
@@ -931,6 +971,25 @@ static void soft_max_backward_f16_apply_columns(const opgen_lines_call *call, in
     }
 }
 
+/* contiguous lines [opgen_from, opgen_to): groups of lines, each pass over every line of a group before
+ * the next, the microkernels inlined (opgen_lines.h: lines) */
+static OPGEN_FLATTEN void soft_max_backward_f16_lines(const opgen_lines_call *call, int64_t opgen_from, int64_t opgen_to,
+                                          double *opgen_across)
+{
+    const int opgen_group = opgen_lines_group(call->length);
+    (void)opgen_across;
+    for (int64_t opgen_first = opgen_from; opgen_first < opgen_to; opgen_first += opgen_group) {
+        const int opgen_lines = opgen_to - opgen_first < opgen_group ? (int)(opgen_to - opgen_first) : opgen_group;
+        double opgen_values[OPGEN_LINES_GROUP][OPGEN_LINES_MAX_VALUES + 1];
+        for (int opgen_at = 0; opgen_at < opgen_lines; ++opgen_at) {
+            soft_max_backward_f16_reduce_1(call, opgen_first + opgen_at, opgen_values[opgen_at]);
+        }
+        for (int opgen_at = 0; opgen_at < opgen_lines; ++opgen_at) {
+            soft_max_backward_f16_apply(call, opgen_first + opgen_at, opgen_values[opgen_at], opgen_across);
+        }
+    }
+}
+
 /* soft_max_backward_f16: SoftMax gradient along one axis: diff_src = dst * (diff_dst - sum(diff_dst * dst)), the sum taken over the elements along `axis`.
  * (diff_dst f16, dst f16, diff_src f16; computed in float, sums in double; 1 reduction pass and an element pass per line) */
 void OPGEN_KERNEL(soft_max_backward_f16)(const opgen_f16 *OPGEN_RESTRICT diff_dst, const opgen_f16 *OPGEN_RESTRICT dst, opgen_f16 *OPGEN_RESTRICT diff_src, int64_t outer, int64_t length, int64_t inner)
@@ -945,6 +1004,7 @@ void OPGEN_KERNEL(soft_max_backward_f16)(const opgen_f16 *OPGEN_RESTRICT diff_ds
         .passes = passes,
         .apply = soft_max_backward_f16_apply,
         .apply_columns = soft_max_backward_f16_apply_columns,
+        .lines = soft_max_backward_f16_lines,
         .store = NULL,
         .across_count = 0,
         .store_across = NULL,

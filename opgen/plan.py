@@ -63,6 +63,14 @@ LINES_COLUMN_BLOCKS = 4
 # 16 KB: in L1 with the line (a copy of 32 KB, lines of 2048, took 1.07x the time).
 # The kept terms share the space on each thread's stack.
 LINES_WIDE_VALUES = 2048
+# ... and the contiguous lines each pass goes over in turn before the next pass (a group): a
+# short line's passes form one chain of latencies (a reduction, its fold, the values after it,
+# the next pass), the lines of a group do not depend on each other. At most this many lines a
+# group, and as many as make LINES_GROUP_ELEMENTS elements (one line a group past that): 4
+# lines of 28 to 56, 2 of 112 (4 of them took 1.1x the time of 2 streamed from memory),
+# LayerNorm's lines of 1024 one at a time (4 took 1.1x the time); docs/performance-changes.md.
+LINES_GROUP = 4
+LINES_GROUP_ELEMENTS = 256
 # binary: elements of the longest run one microkernel call computes; long rows are cut into such
 # pieces so that threads share them out even when there are few rows (a multiple of BLOCK)
 BINARY_PIECE = 16384

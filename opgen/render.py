@@ -179,6 +179,8 @@ def _settings(table: DTypeTable, specs: list[OpSpec], label: str) -> dict[str, A
         "lines_kept_terms": plan.LINES_KEPT_TERMS,
         "lines_column_blocks": plan.LINES_COLUMN_BLOCKS,
         "lines_wide_values": plan.LINES_WIDE_VALUES,
+        "lines_group": plan.LINES_GROUP,
+        "lines_group_elements": plan.LINES_GROUP_ELEMENTS,
         "binary_piece": plan.BINARY_PIECE,
         "unrolled": plan.UNROLLED,
         "channel_split": plan.CHANNEL_SPLIT,
