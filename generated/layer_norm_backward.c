@@ -499,25 +499,25 @@ static void layer_norm_backward_f32_store_across(const opgen_lines_call *call, c
 
 /* contiguous lines [opgen_from, opgen_to): groups of lines, each pass over every line of a group before
  * the next, the microkernels inlined (opgen_lines.h: lines) */
-static OPGEN_FLATTEN void layer_norm_backward_f32_lines(const opgen_lines_call *call, int64_t opgen_from, int64_t opgen_to,
+static OPGEN_FLATTEN void layer_norm_backward_f32_lines(const opgen_lines_call *opgen_call, int64_t opgen_from, int64_t opgen_to,
                                           double *opgen_across)
 {
-    const int opgen_group = opgen_lines_group(call->length);
+    const int opgen_group = opgen_lines_group(opgen_call->length);
     (void)opgen_across;
     for (int64_t opgen_first = opgen_from; opgen_first < opgen_to; opgen_first += opgen_group) {
         const int opgen_lines = opgen_to - opgen_first < opgen_group ? (int)(opgen_to - opgen_first) : opgen_group;
         double opgen_values[OPGEN_LINES_GROUP][OPGEN_LINES_MAX_VALUES + 1];
         for (int opgen_at = 0; opgen_at < opgen_lines; ++opgen_at) {
-            layer_norm_backward_f32_before(call, opgen_first + opgen_at, opgen_values[opgen_at]);
+            layer_norm_backward_f32_before(opgen_call, opgen_first + opgen_at, opgen_values[opgen_at]);
         }
         for (int opgen_at = 0; opgen_at < opgen_lines; ++opgen_at) {
-            layer_norm_backward_f32_reduce_1(call, opgen_first + opgen_at, opgen_values[opgen_at]);
+            layer_norm_backward_f32_reduce_1(opgen_call, opgen_first + opgen_at, opgen_values[opgen_at]);
         }
         for (int opgen_at = 0; opgen_at < opgen_lines; ++opgen_at) {
-            layer_norm_backward_f32_after_1(call, opgen_first + opgen_at, opgen_values[opgen_at]);
+            layer_norm_backward_f32_after_1(opgen_call, opgen_first + opgen_at, opgen_values[opgen_at]);
         }
         for (int opgen_at = 0; opgen_at < opgen_lines; ++opgen_at) {
-            layer_norm_backward_f32_apply(call, opgen_first + opgen_at, opgen_values[opgen_at], opgen_across);
+            layer_norm_backward_f32_apply(opgen_call, opgen_first + opgen_at, opgen_values[opgen_at], opgen_across);
         }
     }
 }
@@ -1047,25 +1047,25 @@ static void layer_norm_backward_bf16_f32_store_across(const opgen_lines_call *ca
 
 /* contiguous lines [opgen_from, opgen_to): groups of lines, each pass over every line of a group before
  * the next, the microkernels inlined (opgen_lines.h: lines) */
-static OPGEN_FLATTEN void layer_norm_backward_bf16_f32_lines(const opgen_lines_call *call, int64_t opgen_from, int64_t opgen_to,
+static OPGEN_FLATTEN void layer_norm_backward_bf16_f32_lines(const opgen_lines_call *opgen_call, int64_t opgen_from, int64_t opgen_to,
                                           double *opgen_across)
 {
-    const int opgen_group = opgen_lines_group(call->length);
+    const int opgen_group = opgen_lines_group(opgen_call->length);
     (void)opgen_across;
     for (int64_t opgen_first = opgen_from; opgen_first < opgen_to; opgen_first += opgen_group) {
         const int opgen_lines = opgen_to - opgen_first < opgen_group ? (int)(opgen_to - opgen_first) : opgen_group;
         double opgen_values[OPGEN_LINES_GROUP][OPGEN_LINES_MAX_VALUES + 1];
         for (int opgen_at = 0; opgen_at < opgen_lines; ++opgen_at) {
-            layer_norm_backward_bf16_f32_before(call, opgen_first + opgen_at, opgen_values[opgen_at]);
+            layer_norm_backward_bf16_f32_before(opgen_call, opgen_first + opgen_at, opgen_values[opgen_at]);
         }
         for (int opgen_at = 0; opgen_at < opgen_lines; ++opgen_at) {
-            layer_norm_backward_bf16_f32_reduce_1(call, opgen_first + opgen_at, opgen_values[opgen_at]);
+            layer_norm_backward_bf16_f32_reduce_1(opgen_call, opgen_first + opgen_at, opgen_values[opgen_at]);
         }
         for (int opgen_at = 0; opgen_at < opgen_lines; ++opgen_at) {
-            layer_norm_backward_bf16_f32_after_1(call, opgen_first + opgen_at, opgen_values[opgen_at]);
+            layer_norm_backward_bf16_f32_after_1(opgen_call, opgen_first + opgen_at, opgen_values[opgen_at]);
         }
         for (int opgen_at = 0; opgen_at < opgen_lines; ++opgen_at) {
-            layer_norm_backward_bf16_f32_apply(call, opgen_first + opgen_at, opgen_values[opgen_at], opgen_across);
+            layer_norm_backward_bf16_f32_apply(opgen_call, opgen_first + opgen_at, opgen_values[opgen_at], opgen_across);
         }
     }
 }
@@ -1595,25 +1595,25 @@ static void layer_norm_backward_f16_f32_store_across(const opgen_lines_call *cal
 
 /* contiguous lines [opgen_from, opgen_to): groups of lines, each pass over every line of a group before
  * the next, the microkernels inlined (opgen_lines.h: lines) */
-static OPGEN_FLATTEN void layer_norm_backward_f16_f32_lines(const opgen_lines_call *call, int64_t opgen_from, int64_t opgen_to,
+static OPGEN_FLATTEN void layer_norm_backward_f16_f32_lines(const opgen_lines_call *opgen_call, int64_t opgen_from, int64_t opgen_to,
                                           double *opgen_across)
 {
-    const int opgen_group = opgen_lines_group(call->length);
+    const int opgen_group = opgen_lines_group(opgen_call->length);
     (void)opgen_across;
     for (int64_t opgen_first = opgen_from; opgen_first < opgen_to; opgen_first += opgen_group) {
         const int opgen_lines = opgen_to - opgen_first < opgen_group ? (int)(opgen_to - opgen_first) : opgen_group;
         double opgen_values[OPGEN_LINES_GROUP][OPGEN_LINES_MAX_VALUES + 1];
         for (int opgen_at = 0; opgen_at < opgen_lines; ++opgen_at) {
-            layer_norm_backward_f16_f32_before(call, opgen_first + opgen_at, opgen_values[opgen_at]);
+            layer_norm_backward_f16_f32_before(opgen_call, opgen_first + opgen_at, opgen_values[opgen_at]);
         }
         for (int opgen_at = 0; opgen_at < opgen_lines; ++opgen_at) {
-            layer_norm_backward_f16_f32_reduce_1(call, opgen_first + opgen_at, opgen_values[opgen_at]);
+            layer_norm_backward_f16_f32_reduce_1(opgen_call, opgen_first + opgen_at, opgen_values[opgen_at]);
         }
         for (int opgen_at = 0; opgen_at < opgen_lines; ++opgen_at) {
-            layer_norm_backward_f16_f32_after_1(call, opgen_first + opgen_at, opgen_values[opgen_at]);
+            layer_norm_backward_f16_f32_after_1(opgen_call, opgen_first + opgen_at, opgen_values[opgen_at]);
         }
         for (int opgen_at = 0; opgen_at < opgen_lines; ++opgen_at) {
-            layer_norm_backward_f16_f32_apply(call, opgen_first + opgen_at, opgen_values[opgen_at], opgen_across);
+            layer_norm_backward_f16_f32_apply(opgen_call, opgen_first + opgen_at, opgen_values[opgen_at], opgen_across);
         }
     }
 }

@@ -129,19 +129,19 @@ static void reduce_sum_f32_store(const opgen_lines_call *call, int64_t line, dou
 
 /* contiguous lines [opgen_from, opgen_to): groups of lines, each pass over every line of a group before
  * the next, the microkernels inlined (opgen_lines.h: lines) */
-static OPGEN_FLATTEN void reduce_sum_f32_lines(const opgen_lines_call *call, int64_t opgen_from, int64_t opgen_to,
+static OPGEN_FLATTEN void reduce_sum_f32_lines(const opgen_lines_call *opgen_call, int64_t opgen_from, int64_t opgen_to,
                                           double *opgen_across)
 {
-    const int opgen_group = opgen_lines_group(call->length);
+    const int opgen_group = opgen_lines_group(opgen_call->length);
     (void)opgen_across;
     for (int64_t opgen_first = opgen_from; opgen_first < opgen_to; opgen_first += opgen_group) {
         const int opgen_lines = opgen_to - opgen_first < opgen_group ? (int)(opgen_to - opgen_first) : opgen_group;
         double opgen_values[OPGEN_LINES_GROUP][OPGEN_LINES_MAX_VALUES + 1];
         for (int opgen_at = 0; opgen_at < opgen_lines; ++opgen_at) {
-            reduce_sum_f32_reduce_1(call, opgen_first + opgen_at, opgen_values[opgen_at]);
+            reduce_sum_f32_reduce_1(opgen_call, opgen_first + opgen_at, opgen_values[opgen_at]);
         }
         for (int opgen_at = 0; opgen_at < opgen_lines; ++opgen_at) {
-            reduce_sum_f32_store(call, opgen_first + opgen_at, opgen_values[opgen_at]);
+            reduce_sum_f32_store(opgen_call, opgen_first + opgen_at, opgen_values[opgen_at]);
         }
     }
 }
@@ -303,19 +303,19 @@ static void reduce_sum_bf16_store(const opgen_lines_call *call, int64_t line, do
 
 /* contiguous lines [opgen_from, opgen_to): groups of lines, each pass over every line of a group before
  * the next, the microkernels inlined (opgen_lines.h: lines) */
-static OPGEN_FLATTEN void reduce_sum_bf16_lines(const opgen_lines_call *call, int64_t opgen_from, int64_t opgen_to,
+static OPGEN_FLATTEN void reduce_sum_bf16_lines(const opgen_lines_call *opgen_call, int64_t opgen_from, int64_t opgen_to,
                                           double *opgen_across)
 {
-    const int opgen_group = opgen_lines_group(call->length);
+    const int opgen_group = opgen_lines_group(opgen_call->length);
     (void)opgen_across;
     for (int64_t opgen_first = opgen_from; opgen_first < opgen_to; opgen_first += opgen_group) {
         const int opgen_lines = opgen_to - opgen_first < opgen_group ? (int)(opgen_to - opgen_first) : opgen_group;
         double opgen_values[OPGEN_LINES_GROUP][OPGEN_LINES_MAX_VALUES + 1];
         for (int opgen_at = 0; opgen_at < opgen_lines; ++opgen_at) {
-            reduce_sum_bf16_reduce_1(call, opgen_first + opgen_at, opgen_values[opgen_at]);
+            reduce_sum_bf16_reduce_1(opgen_call, opgen_first + opgen_at, opgen_values[opgen_at]);
         }
         for (int opgen_at = 0; opgen_at < opgen_lines; ++opgen_at) {
-            reduce_sum_bf16_store(call, opgen_first + opgen_at, opgen_values[opgen_at]);
+            reduce_sum_bf16_store(opgen_call, opgen_first + opgen_at, opgen_values[opgen_at]);
         }
     }
 }
@@ -477,19 +477,19 @@ static void reduce_sum_f16_store(const opgen_lines_call *call, int64_t line, dou
 
 /* contiguous lines [opgen_from, opgen_to): groups of lines, each pass over every line of a group before
  * the next, the microkernels inlined (opgen_lines.h: lines) */
-static OPGEN_FLATTEN void reduce_sum_f16_lines(const opgen_lines_call *call, int64_t opgen_from, int64_t opgen_to,
+static OPGEN_FLATTEN void reduce_sum_f16_lines(const opgen_lines_call *opgen_call, int64_t opgen_from, int64_t opgen_to,
                                           double *opgen_across)
 {
-    const int opgen_group = opgen_lines_group(call->length);
+    const int opgen_group = opgen_lines_group(opgen_call->length);
     (void)opgen_across;
     for (int64_t opgen_first = opgen_from; opgen_first < opgen_to; opgen_first += opgen_group) {
         const int opgen_lines = opgen_to - opgen_first < opgen_group ? (int)(opgen_to - opgen_first) : opgen_group;
         double opgen_values[OPGEN_LINES_GROUP][OPGEN_LINES_MAX_VALUES + 1];
         for (int opgen_at = 0; opgen_at < opgen_lines; ++opgen_at) {
-            reduce_sum_f16_reduce_1(call, opgen_first + opgen_at, opgen_values[opgen_at]);
+            reduce_sum_f16_reduce_1(opgen_call, opgen_first + opgen_at, opgen_values[opgen_at]);
         }
         for (int opgen_at = 0; opgen_at < opgen_lines; ++opgen_at) {
-            reduce_sum_f16_store(call, opgen_first + opgen_at, opgen_values[opgen_at]);
+            reduce_sum_f16_store(opgen_call, opgen_first + opgen_at, opgen_values[opgen_at]);
         }
     }
 }

@@ -394,25 +394,25 @@ static void soft_max_f32_apply_columns(const opgen_lines_call *call, int64_t out
 
 /* contiguous lines [opgen_from, opgen_to): groups of lines, each pass over every line of a group before
  * the next, the microkernels inlined (opgen_lines.h: lines) */
-static OPGEN_FLATTEN void soft_max_f32_lines(const opgen_lines_call *call, int64_t opgen_from, int64_t opgen_to,
+static OPGEN_FLATTEN void soft_max_f32_lines(const opgen_lines_call *opgen_call, int64_t opgen_from, int64_t opgen_to,
                                           double *opgen_across)
 {
-    const int opgen_group = opgen_lines_group(call->length);
+    const int opgen_group = opgen_lines_group(opgen_call->length);
     (void)opgen_across;
     for (int64_t opgen_first = opgen_from; opgen_first < opgen_to; opgen_first += opgen_group) {
         const int opgen_lines = opgen_to - opgen_first < opgen_group ? (int)(opgen_to - opgen_first) : opgen_group;
         double opgen_values[OPGEN_LINES_GROUP][OPGEN_LINES_MAX_VALUES + 1];
         for (int opgen_at = 0; opgen_at < opgen_lines; ++opgen_at) {
-            soft_max_f32_reduce_1(call, opgen_first + opgen_at, opgen_values[opgen_at]);
+            soft_max_f32_reduce_1(opgen_call, opgen_first + opgen_at, opgen_values[opgen_at]);
         }
         for (int opgen_at = 0; opgen_at < opgen_lines; ++opgen_at) {
-            soft_max_f32_reduce_2(call, opgen_first + opgen_at, opgen_values[opgen_at]);
+            soft_max_f32_reduce_2(opgen_call, opgen_first + opgen_at, opgen_values[opgen_at]);
         }
         for (int opgen_at = 0; opgen_at < opgen_lines; ++opgen_at) {
-            soft_max_f32_after_2(call, opgen_first + opgen_at, opgen_values[opgen_at]);
+            soft_max_f32_after_2(opgen_call, opgen_first + opgen_at, opgen_values[opgen_at]);
         }
         for (int opgen_at = 0; opgen_at < opgen_lines; ++opgen_at) {
-            soft_max_f32_apply(call, opgen_first + opgen_at, opgen_values[opgen_at], opgen_across);
+            soft_max_f32_apply(opgen_call, opgen_first + opgen_at, opgen_values[opgen_at], opgen_across);
         }
     }
 }
@@ -870,27 +870,35 @@ static void soft_max_bf16_apply_columns(const opgen_lines_call *call, int64_t ou
 }
 
 /* contiguous lines [opgen_from, opgen_to): groups of lines, each pass over every line of a group before
- * the next, the microkernels inlined (opgen_lines.h: lines); one line a group: the lines keep
- * their terms in the same scratch */
-static OPGEN_FLATTEN void soft_max_bf16_lines(const opgen_lines_call *call, int64_t opgen_from, int64_t opgen_to,
+ * the next, the microkernels inlined (opgen_lines.h: lines) */
+static OPGEN_FLATTEN void soft_max_bf16_lines(const opgen_lines_call *opgen_call, int64_t opgen_from, int64_t opgen_to,
                                           double *opgen_across)
 {
-    const int opgen_group = 1;
+    const int opgen_group = opgen_lines_group(opgen_call->length);
+    /* each line of a group keeps its terms in its own part of the thread's scratch (whole
+     * blocks: plan.LINES_GROUP) */
+    opgen_lines_call opgen_calls[OPGEN_LINES_GROUP];
+    const int64_t opgen_part = (opgen_call->length + OPGEN_BLOCK - 1) / OPGEN_BLOCK * OPGEN_BLOCK;
+    for (int opgen_at = 0; opgen_at < OPGEN_LINES_GROUP; ++opgen_at) {
+        opgen_calls[opgen_at] = *opgen_call;
+        opgen_calls[opgen_at].kept = opgen_call->kept != NULL && opgen_at < opgen_group ? opgen_call->kept + opgen_at * opgen_part
+                                                                                       : opgen_call->kept;
+    }
     (void)opgen_across;
     for (int64_t opgen_first = opgen_from; opgen_first < opgen_to; opgen_first += opgen_group) {
         const int opgen_lines = opgen_to - opgen_first < opgen_group ? (int)(opgen_to - opgen_first) : opgen_group;
-        double opgen_values[1][OPGEN_LINES_MAX_VALUES + 1];
+        double opgen_values[OPGEN_LINES_GROUP][OPGEN_LINES_MAX_VALUES + 1];
         for (int opgen_at = 0; opgen_at < opgen_lines; ++opgen_at) {
-            soft_max_bf16_reduce_1(call, opgen_first + opgen_at, opgen_values[opgen_at]);
+            soft_max_bf16_reduce_1(&opgen_calls[opgen_at], opgen_first + opgen_at, opgen_values[opgen_at]);
         }
         for (int opgen_at = 0; opgen_at < opgen_lines; ++opgen_at) {
-            soft_max_bf16_reduce_2(call, opgen_first + opgen_at, opgen_values[opgen_at]);
+            soft_max_bf16_reduce_2(&opgen_calls[opgen_at], opgen_first + opgen_at, opgen_values[opgen_at]);
         }
         for (int opgen_at = 0; opgen_at < opgen_lines; ++opgen_at) {
-            soft_max_bf16_after_2(call, opgen_first + opgen_at, opgen_values[opgen_at]);
+            soft_max_bf16_after_2(&opgen_calls[opgen_at], opgen_first + opgen_at, opgen_values[opgen_at]);
         }
         for (int opgen_at = 0; opgen_at < opgen_lines; ++opgen_at) {
-            soft_max_bf16_apply(call, opgen_first + opgen_at, opgen_values[opgen_at], opgen_across);
+            soft_max_bf16_apply(&opgen_calls[opgen_at], opgen_first + opgen_at, opgen_values[opgen_at], opgen_across);
         }
     }
 }
@@ -1348,27 +1356,35 @@ static void soft_max_f16_apply_columns(const opgen_lines_call *call, int64_t out
 }
 
 /* contiguous lines [opgen_from, opgen_to): groups of lines, each pass over every line of a group before
- * the next, the microkernels inlined (opgen_lines.h: lines); one line a group: the lines keep
- * their terms in the same scratch */
-static OPGEN_FLATTEN void soft_max_f16_lines(const opgen_lines_call *call, int64_t opgen_from, int64_t opgen_to,
+ * the next, the microkernels inlined (opgen_lines.h: lines) */
+static OPGEN_FLATTEN void soft_max_f16_lines(const opgen_lines_call *opgen_call, int64_t opgen_from, int64_t opgen_to,
                                           double *opgen_across)
 {
-    const int opgen_group = 1;
+    const int opgen_group = opgen_lines_group(opgen_call->length);
+    /* each line of a group keeps its terms in its own part of the thread's scratch (whole
+     * blocks: plan.LINES_GROUP) */
+    opgen_lines_call opgen_calls[OPGEN_LINES_GROUP];
+    const int64_t opgen_part = (opgen_call->length + OPGEN_BLOCK - 1) / OPGEN_BLOCK * OPGEN_BLOCK;
+    for (int opgen_at = 0; opgen_at < OPGEN_LINES_GROUP; ++opgen_at) {
+        opgen_calls[opgen_at] = *opgen_call;
+        opgen_calls[opgen_at].kept = opgen_call->kept != NULL && opgen_at < opgen_group ? opgen_call->kept + opgen_at * opgen_part
+                                                                                       : opgen_call->kept;
+    }
     (void)opgen_across;
     for (int64_t opgen_first = opgen_from; opgen_first < opgen_to; opgen_first += opgen_group) {
         const int opgen_lines = opgen_to - opgen_first < opgen_group ? (int)(opgen_to - opgen_first) : opgen_group;
-        double opgen_values[1][OPGEN_LINES_MAX_VALUES + 1];
+        double opgen_values[OPGEN_LINES_GROUP][OPGEN_LINES_MAX_VALUES + 1];
         for (int opgen_at = 0; opgen_at < opgen_lines; ++opgen_at) {
-            soft_max_f16_reduce_1(call, opgen_first + opgen_at, opgen_values[opgen_at]);
+            soft_max_f16_reduce_1(&opgen_calls[opgen_at], opgen_first + opgen_at, opgen_values[opgen_at]);
         }
         for (int opgen_at = 0; opgen_at < opgen_lines; ++opgen_at) {
-            soft_max_f16_reduce_2(call, opgen_first + opgen_at, opgen_values[opgen_at]);
+            soft_max_f16_reduce_2(&opgen_calls[opgen_at], opgen_first + opgen_at, opgen_values[opgen_at]);
         }
         for (int opgen_at = 0; opgen_at < opgen_lines; ++opgen_at) {
-            soft_max_f16_after_2(call, opgen_first + opgen_at, opgen_values[opgen_at]);
+            soft_max_f16_after_2(&opgen_calls[opgen_at], opgen_first + opgen_at, opgen_values[opgen_at]);
         }
         for (int opgen_at = 0; opgen_at < opgen_lines; ++opgen_at) {
-            soft_max_f16_apply(call, opgen_first + opgen_at, opgen_values[opgen_at], opgen_across);
+            soft_max_f16_apply(&opgen_calls[opgen_at], opgen_first + opgen_at, opgen_values[opgen_at], opgen_across);
         }
     }
 }

@@ -71,6 +71,8 @@ LINES_WIDE_VALUES = 2048
 # LayerNorm's lines of 1024 one at a time (4 took 1.1x the time); docs/performance-changes.md.
 LINES_GROUP = 4
 LINES_GROUP_ELEMENTS = 256
+# a group's lines keep their terms (bf16, f16 SoftMax) in parts of one scratch, whole blocks each
+assert LINES_GROUP * (LINES_GROUP_ELEMENTS // 2 + BLOCK) <= LINES_KEPT_TERMS, "a group's kept terms fit"
 # binary: elements of the longest run one microkernel call computes; long rows are cut into such
 # pieces so that threads share them out even when there are few rows (a multiple of BLOCK)
 BINARY_PIECE = 16384
