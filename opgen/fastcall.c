@@ -11,6 +11,7 @@
 #include <numpy/arrayobject.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 /* the build passes the C API's limits (c_api.MAX_OPERANDS, specs.MAX_RANK); a plan beyond
  * these tables gets no fast path (make_plan returns None) */
@@ -208,6 +209,88 @@ static plan *match(PyObject *plans, PyObject *const *arrays, int count, void **d
     return NULL;
 }
 
+/* The memory of the larger outputs opgen allocates (runtime.py, plan.ALIGNED_OUTPUT_BYTES):
+ * starting on a 64-byte boundary, a cache line, where NumPy's own allocator starts them 16 or
+ * 32 bytes past one. Set around their allocation only (`allocated`; NumPy's handler is per
+ * context), so the arrays own their memory as any NumPy array does and NumPy frees it through
+ * this handler. posix_memalign's memory may go to realloc (which keeps the contents, not the
+ * alignment) and free. */
+#if defined(_WIN32)
+#define ALIGNED_OUTPUTS 0 /* _aligned_malloc's memory cannot go to realloc or free */
+#else
+#define ALIGNED_OUTPUTS 1
+#define OUTPUT_ALIGNMENT 64
+
+static void *aligned_malloc(void *context, size_t size)
+{
+    void *memory = NULL;
+    (void)context;
+    return posix_memalign(&memory, OUTPUT_ALIGNMENT, size > 0 ? size : 1) == 0 ? memory : NULL;
+}
+
+static void *aligned_calloc(void *context, size_t count, size_t size)
+{
+    if (size != 0 && count > SIZE_MAX / size) {
+        return NULL;
+    }
+    void *memory = aligned_malloc(context, count * size);
+    if (memory != NULL) {
+        memset(memory, 0, count * size);
+    }
+    return memory;
+}
+
+static void *aligned_realloc(void *context, void *memory, size_t size)
+{
+    (void)context;
+    return realloc(memory, size > 0 ? size : 1);
+}
+
+static void aligned_free(void *context, void *memory, size_t size)
+{
+    (void)context;
+    (void)size;
+    free(memory);
+}
+
+static PyDataMem_Handler aligned_handler = {
+    "opgen_aligned_64", 1, { NULL, aligned_malloc, aligned_calloc, aligned_realloc, aligned_free }
+};
+#endif
+static PyObject *aligned_capsule = NULL; /* the handler, as NumPy takes it; NULL: NumPy's own */
+
+/* Ours as the context's handler; the one it replaces (NULL: none set, NumPy's own allocates). */
+static PyObject *aligned_handler_set(void)
+{
+    PyObject *previous = aligned_capsule != NULL ? PyDataMem_SetHandler(aligned_capsule) : NULL;
+    if (previous == NULL) {
+        PyErr_Clear();
+    }
+    return previous;
+}
+
+static void aligned_handler_restore(PyObject *previous)
+{
+    if (previous != NULL) {
+        PyObject *ours = PyDataMem_SetHandler(previous);
+        if (ours == NULL) {
+            PyErr_Clear();
+        }
+        Py_XDECREF(ours);
+        Py_DECREF(previous);
+    }
+}
+
+/* allocated(function): function() with the outputs' handler set (runtime.py: the larger outputs) */
+static PyObject *allocated(PyObject *self, PyObject *function)
+{
+    (void)self;
+    PyObject *previous = aligned_handler_set();
+    PyObject *result = PyObject_CallNoArgs(function);
+    aligned_handler_restore(previous);
+    return result;
+}
+
 /* The outputs for `out` (None: new arrays), as new references in `arrays`; 0 if `out` does not fit. */
 static int outputs_for(const plan *p, PyObject *out, PyObject **arrays, void **data)
 {
@@ -314,6 +397,7 @@ static PyObject *call(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 
 static PyMethodDef methods[] = {
     { "make_plan", make_plan, METH_VARARGS, "A plan of a checked call, for call()." },
+    { "allocated", allocated, METH_O, "allocated(function): function(), its arrays on 64-byte boundaries." },
     { "call", (PyCFunction)(void (*)(void))call, METH_FASTCALL, "call(plans, *inputs, out): the result, or None." },
     { NULL, NULL, 0, NULL },
 };
@@ -323,5 +407,11 @@ static struct PyModuleDef module = { PyModuleDef_HEAD_INIT, "_opgen_fastcall", N
 PyMODINIT_FUNC PyInit__opgen_fastcall(void)
 {
     import_array();
+#if ALIGNED_OUTPUTS
+    aligned_capsule = PyCapsule_New(&aligned_handler, "mem_handler", NULL);
+    if (aligned_capsule == NULL) {
+        return NULL;
+    }
+#endif
     return PyModule_Create(&module);
 }

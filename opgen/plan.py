@@ -176,6 +176,12 @@ ONE_THREAD_REGION = 65536
 EXP_WORK = 4
 MAX_THREADS = 1024  # a thread count above this is refused (Python) or capped (C): OpenMP exhausts memory
 STREAM_BYTES = 16 << 20  # bytes moved above which outputs use non-temporal stores
+# Outputs opgen allocates from Python start on a 64-byte boundary from this size (fastcall.c's
+# allocation handler; NumPy's own allocator puts them 16 or 32 bytes past one). In cache,
+# stores that straddle two lines cost: an f32 Add of 64 x 1024 took 8.98 us into an output
+# 16 bytes past a line, 6.80 on a line; the handler costs about 0.4 us a call, so smaller
+# outputs keep NumPy's.
+ALIGNED_OUTPUT_BYTES = 128 << 10
 # Bytes moved from which the elementwise pass stores through line writers that are not cheap
 # (dtype table: line_writer_cheap): below, the data sit in L2, where a 32-byte store across two
 # lines costs little and the writer's permutations more (PReLU full-shape bf16, one thread: 2 MB

@@ -457,11 +457,7 @@ class Plan:
         self.doubles = tuple(doubles)
         self.numbers = ffi.new("double[]", doubles or [0.0])
         self.allocate: list[Callable[[], np.ndarray | None]] = [
-            functools.partial(
-                aligned_empty if math.prod(shape) * dtype.itemsize >= STREAM_ALIGN_BYTES else np.empty, shape, dtype
-            )
-            if requested
-            else type(None)  # calling it gives None
+            _allocator(shape, dtype) if requested else type(None)  # calling it gives None
             for _, shape, dtype, requested in self.outputs
         ]
         self.local = threading.local()  # per Python thread: the C call runs without the GIL
@@ -609,6 +605,17 @@ class Plan:
         outputs, arguments, _views = self.arguments(inputs, out)
         self._raise(self.function(*arguments))
         return outputs
+
+
+def _allocator(shape: tuple[int, ...], dtype: np.dtype) -> Callable[[], np.ndarray]:
+    """A new output array of `shape` and `dtype` each call: from plan.ALIGNED_OUTPUT_BYTES on a
+    64-byte boundary (fastcall.c's allocation handler; without that module, from
+    STREAM_ALIGN_BYTES by aligned_empty), else where NumPy puts it."""
+    nbytes = math.prod(shape) * dtype.itemsize
+    fast = _fastcall() if nbytes >= plan.ALIGNED_OUTPUT_BYTES else None
+    if fast is not None:
+        return functools.partial(fast.allocated, functools.partial(np.empty, shape, dtype))
+    return functools.partial(aligned_empty if nbytes >= STREAM_ALIGN_BYTES else np.empty, shape, dtype)
 
 
 @functools.cache

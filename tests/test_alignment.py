@@ -173,3 +173,23 @@ def test_same_bits_past_l2_at_any_offset(spec, row, attributes):
     with threads_set_to(2):
         moved = operands.call(3, 5, 11)
     operands.assert_same_bits(aligned, moved, "on two threads, outputs 5 and 16 elements past a line")
+
+
+def test_outputs_opgen_allocates_start_on_a_line_from_the_stated_size():
+    """Outputs opgen allocates from plan.ALIGNED_OUTPUT_BYTES start on a cache line, on the first
+    (checked) call and the repeated (fast) ones, for one output and several; they own their
+    memory as any NumPy array does (NumPy frees it and can resize it); smaller ones lie where
+    NumPy puts them. The results are the oracle's either way."""
+    elements = plan.ALIGNED_OUTPUT_BYTES // 4
+    a, b = (rng("allocated", name).standard_normal(elements).astype(np.float32) for name in "ab")
+    for _ in range(3):  # the first call takes the checked path, the others the fast one
+        got = opgen.add(a, b)
+        assert got.ctypes.data % LINE == 0 and got.flags.owndata
+        np.testing.assert_array_equal(got, a + b)
+        stats = opgen.layer_norm(a.reshape(elements // 64, 64))
+        assert all(t.ctypes.data % LINE == 0 for t in stats[:1]), [t.ctypes.data % LINE for t in stats]
+    got.resize(elements // 2, refcheck=False)
+    np.testing.assert_array_equal(got, (a + b)[: elements // 2])
+    small = [opgen.add(a[:16], b[:16]) for _ in range(64)]
+    assert any(s.ctypes.data % LINE for s in small), "small outputs are NumPy's (it aligns to 16 bytes)"
+    assert all(np.array_equal(s, a[:16] + b[:16]) for s in small)
