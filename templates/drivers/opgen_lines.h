@@ -74,10 +74,10 @@ typedef void (*opgen_lines_columns_function)(const opgen_lines_call *call, int64
                                              int lanes, double *values);
 /* The element pass: as above, also adding its terms across lines into `across` (a chunk's
  * partial sums: across_count rows of `length` doubles; NULL when the op has none). */
-typedef void (*opgen_lines_apply_function)(const opgen_lines_call *call, int64_t line, double *values, double *across);
 typedef void (*opgen_lines_apply_columns_function)(const opgen_lines_call *call, int64_t outer_index,
                                                    int64_t position, int lanes, double *values, double *across);
-/* Contiguous lines [first, last) (inner 1), as the header comment says; `across` as for apply. */
+/* Contiguous lines [first, last) (inner 1), as the header comment says; `across` as for
+ * apply_columns. */
 typedef void (*opgen_lines_range_function)(const opgen_lines_call *call, int64_t first, int64_t last, double *across);
 /* The sums across lines, added up (across_count rows of `length`), into their outputs. */
 typedef void (*opgen_lines_store_across_function)(const opgen_lines_call *call, const double *sums);
@@ -93,8 +93,7 @@ typedef struct opgen_lines_kernel {
     opgen_lines_line_function values_before;  /* per line, also in the columns path */
     int pass_count;
     const opgen_lines_pass *passes;
-    opgen_lines_apply_function apply;         /* NULL: no tensor output, no sum across lines */
-    opgen_lines_apply_columns_function apply_columns;
+    opgen_lines_apply_columns_function apply_columns; /* NULL: no tensor output, no sum across lines */
     opgen_lines_range_function lines;         /* contiguous lines: values_before to store, in groups */
     opgen_lines_line_function store;          /* NULL: no line output */
     int across_count;                         /* sums across lines (outputs of kind along) */
