@@ -17,6 +17,8 @@ column (R, 1), broadcast NumPy's way.
 
 from __future__ import annotations
 
+import os
+import platform
 import statistics
 import time
 from collections.abc import Callable
@@ -161,6 +163,27 @@ def run(sizes: list[str], threads: list[int], ops: list[str], rounds: int, min_t
                     }
                 )
     return cells
+
+
+def report(cells: list[dict[str, Any]], sizes: list[str], rounds: int) -> dict[str, Any]:
+    """The run as `opgen bench --json` writes it: where it ran, the shapes, and the cells."""
+    import torch
+
+    import opgen
+
+    return {
+        "machine": {
+            "platform": platform.platform(),
+            "processor": platform.processor(),
+            "cpus": os.cpu_count(),
+            "opgen_target": opgen.info()["cpu_target"],
+            "numpy": np.__version__,
+            "torch": torch.__version__,
+        },
+        "sizes": {name: SHAPES[name] for name in sizes},
+        "rounds": rounds,
+        "cells": cells,
+    }
 
 
 def table(cells: list[dict[str, Any]]) -> str:

@@ -171,17 +171,22 @@ def _compare(args: argparse.Namespace, sizes: list[str], threads: list[int], ops
 
 def _compare_torch(args: argparse.Namespace, threads: list[int]) -> int:
     """`opgen bench --compare torch`: the ops with axes and the binary ops against PyTorch's, from Python."""
-    from opgen import bench_lines
+    from opgen import bench, bench_lines
 
     try:
         import torch  # noqa: F401
     except ImportError:
         print('opgen bench: error: --compare torch needs PyTorch (pip install ".[torch]")', file=sys.stderr)
         return 1
+    if args.plot:
+        raise SystemExit("opgen bench: --plot is not available with --compare")
     if args.rounds < 1 or any(count < 1 for count in threads):
         raise SystemExit("opgen bench: --rounds and --threads: 1 or more")
     cells = bench_lines.run(args.sizes_torch, threads, args.ops_torch, args.rounds, args.min_time)
     print(bench_lines.table(cells))
+    if args.json:
+        bench.save(bench_lines.report(cells, args.sizes_torch, args.rounds), args.json)
+        print(f"wrote {args.json}")
     return 1 if any(cell["status"] != "timed" for cell in cells) else 0
 
 

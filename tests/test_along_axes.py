@@ -573,3 +573,27 @@ def test_the_comparison_with_pytorch_checks_and_times_each_op():
     finally:
         opgen.soft_max = original
     assert cell["status"] == "mismatch"
+
+
+def test_the_comparison_with_pytorch_writes_json_when_asked(tmp_path, capsys):
+    """`opgen bench --compare torch --json F` writes the cells it printed, with where they ran;
+    --plot, which it cannot draw, is refused rather than ignored."""
+    pytest.importorskip("torch")
+    import json
+
+    from opgen import cli
+
+    path = tmp_path / "torch.json"
+    argv = ["bench", "--compare", "torch", "--sizes", "S", "--threads", "1", "--ops", "soft_max,add@row"]
+    assert cli.main([*argv, "--rounds", "1", "--min-time", "0.01", "--json", str(path)]) == 0
+    report = json.loads(path.read_text())
+    assert [(c["op"], c["size"], c["threads"], c["status"]) for c in report["cells"]] == [
+        ("soft_max", "S", 1, "timed"),
+        ("add@row", "S", 1, "timed"),
+    ]
+    assert all(c["ratio"] == pytest.approx(c["opgen_us"] / c["torch_us"]) for c in report["cells"])
+    assert report["sizes"] == {"S": [64, 1024]} and report["rounds"] == 1
+    assert report["machine"]["torch"] and report["machine"]["cpus"]
+    assert f"wrote {path}" in capsys.readouterr().out
+    with pytest.raises(SystemExit, match="--plot is not available"):
+        cli.main([*argv, "--plot", str(tmp_path / "torch.png")])
