@@ -328,6 +328,17 @@ def _torch_call(op: str, x: np.ndarray, d: np.ndarray, extra: Any) -> Callable[[
     return None
 
 
+def machine() -> dict[str, Any]:
+    """Where a run ran, for the reports of `opgen bench` and its comparisons: the platform, the
+    processor, its CPUs and the kernels' copy opgen runs."""
+    return {
+        "platform": platform.platform(),
+        "processor": platform.processor(),
+        "cpus": os.cpu_count(),
+        "opgen_target": opgen.info()["cpu_target"],
+    }
+
+
 def cases(ops: list[str], dtypes: list[str]) -> list[tuple[str, str, str, str]]:
     result = []
     for op in ops:
@@ -397,10 +408,7 @@ def run(
         opgen.set_num_threads(0)
     return {
         "machine": {
-            "platform": platform.platform(),
-            "processor": platform.processor(),
-            "cpus": os.cpu_count(),
-            "opgen_target": opgen.info()["cpu_target"],
+            **machine(),
             # the thread policy and store kind the cases ran under (opgen.h)
             "parallel_threshold": opgen.info()["parallel_threshold"],
             "stream_from_bytes": opgen.info()["stream_from_bytes"],

@@ -17,8 +17,6 @@ column (R, 1), broadcast NumPy's way.
 
 from __future__ import annotations
 
-import os
-import platform
 import statistics
 import time
 from collections.abc import Callable
@@ -169,17 +167,10 @@ def report(cells: list[dict[str, Any]], sizes: list[str], rounds: int) -> dict[s
     """The run as `opgen bench --json` writes it: where it ran, the shapes, and the cells."""
     import torch
 
-    import opgen
+    from opgen import bench
 
     return {
-        "machine": {
-            "platform": platform.platform(),
-            "processor": platform.processor(),
-            "cpus": os.cpu_count(),
-            "opgen_target": opgen.info()["cpu_target"],
-            "numpy": np.__version__,
-            "torch": torch.__version__,
-        },
+        "machine": {**bench.machine(), "numpy": np.__version__, "torch": torch.__version__},
         "sizes": {name: SHAPES[name] for name in sizes},
         "rounds": rounds,
         "cells": cells,

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import os
-import platform
 import site
 import sys
 from collections.abc import Callable
@@ -261,13 +260,7 @@ def run(
                 if progress is not None:
                     progress(cell)
     return {
-        "machine": {
-            "platform": platform.platform(),
-            "processor": platform.processor(),
-            "cpus": os.cpu_count(),
-            "opgen_target": opgen.info()["cpu_target"],
-            "onednn": harness.version,
-        },
+        "machine": {**bench.machine(), "onednn": harness.version},
         "sizes": {name: bench.SIZES[name] for name in sizes},
         "rounds": rounds,
         "cells": [asdict(cell) for cell in rows],
