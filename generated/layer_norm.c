@@ -523,6 +523,188 @@ static void layer_norm_f32_widen(const opgen_lines_call *call, double *opgen_wid
         opgen_wide[1 * length + at] = beta != NULL ? (double)(beta[at]) : 0.0;
     }
 }
+#if OPGEN_LINES_SHORT
+
+/* OPGEN_LINES_GROUP contiguous lines of at most `opgen_blocks` blocks each, held in registers:
+ * each step over every line of the group before the next, so that the lines' chains of
+ * latencies (a block's terms, the fold, the values after it) overlap. The operations of the
+ * microkernels above in their order, lines padded to whole blocks whose lanes past `length`
+ * count for nothing: the same bits. `opgen_blocks` a constant in each caller (_short); the
+ * outputs in cache (streamed groups take the microkernels above). */
+OPGEN_MICROKERNEL void layer_norm_f32_short_of(const opgen_lines_call *call, int64_t opgen_first,
+                                           double (*opgen_values)[OPGEN_LINES_MAX_VALUES + 1], int opgen_blocks)
+{
+    const int64_t length = call->length;
+    int opgen_filled[OPGEN_LINES_SHORT_BLOCKS]; /* each block's lanes in the line */
+    OPGEN_UNROLLED
+    for (int opgen_block = 0; opgen_block < OPGEN_LINES_SHORT_BLOCKS; ++opgen_block) {
+        const int64_t opgen_left = length - OPGEN_BLOCK * opgen_block;
+        opgen_filled[opgen_block] = opgen_left <= 0 ? 0 : opgen_left < OPGEN_BLOCK ? (int)opgen_left : OPGEN_BLOCK;
+    }
+    float src_blocks[OPGEN_LINES_GROUP][OPGEN_LINES_SHORT_BLOCKS][OPGEN_BLOCK];
+    OPGEN_UNROLLED
+    for (int opgen_line = 0; opgen_line < OPGEN_LINES_GROUP; ++opgen_line) {
+        const float *src = (const float *)call->tensors[0] + (opgen_first + opgen_line) * length;
+        OPGEN_UNROLLED
+        for (int opgen_block = 0; opgen_block < opgen_blocks; ++opgen_block) {
+            opgen_load_part_f32(src_blocks[opgen_line][opgen_block], src + OPGEN_BLOCK * opgen_block, opgen_filled[opgen_block]);
+        }
+    }
+    /* the same blocks for every line */
+    float gamma_blocks[OPGEN_LINES_SHORT_BLOCKS][OPGEN_BLOCK];
+    const float *gamma = (const float *)call->tensors[1];
+    OPGEN_UNROLLED
+    for (int opgen_block = 0; opgen_block < opgen_blocks; ++opgen_block) {
+        if (gamma == NULL) {
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                gamma_blocks[opgen_block][lane] = (float)1.0;
+            }
+            continue;
+        }
+        opgen_load_part_f32(gamma_blocks[opgen_block], gamma + OPGEN_BLOCK * opgen_block, opgen_filled[opgen_block]);
+    }
+    /* the same blocks for every line */
+    float beta_blocks[OPGEN_LINES_SHORT_BLOCKS][OPGEN_BLOCK];
+    const float *beta = (const float *)call->tensors[2];
+    OPGEN_UNROLLED
+    for (int opgen_block = 0; opgen_block < opgen_blocks; ++opgen_block) {
+        if (beta == NULL) {
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                beta_blocks[opgen_block][lane] = (float)0.0;
+            }
+            continue;
+        }
+        opgen_load_part_f32(beta_blocks[opgen_block], beta + OPGEN_BLOCK * opgen_block, opgen_filled[opgen_block]);
+    }
+    /* pass 1 */
+    OPGEN_UNROLLED
+    for (int opgen_line = 0; opgen_line < OPGEN_LINES_GROUP; ++opgen_line) {
+        double *const values = opgen_values[opgen_line];
+        const float epsilon = call->numbers[0];
+        (void)epsilon;
+        const double count = (double)call->count;
+        (void)count;
+        double sum_src_lanes[OPGEN_BLOCK];
+        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+            sum_src_lanes[lane] = (double)-0.0;
+        }
+        OPGEN_UNROLLED
+        for (int opgen_block = 0; opgen_block < opgen_blocks; ++opgen_block) {
+            const int filled = opgen_filled[opgen_block];
+            const float *const src_block = src_blocks[opgen_line][opgen_block];
+            OPGEN_SIMD_FLOAT
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                const double src_value = (double)src_block[lane];
+                const double sum_src_term = src_value;
+                sum_src_lanes[lane] = lane < filled ? sum_src_lanes[lane] + (double)sum_src_term : sum_src_lanes[lane];
+            }
+        }
+        OPGEN_UNROLLED
+        for (int opgen_width = OPGEN_BLOCK / 2; opgen_width > 0; opgen_width /= 2) {
+            for (int lane = 0; lane < opgen_width; ++lane) {
+                const double sum_src_term = sum_src_lanes[lane + opgen_width];
+                sum_src_lanes[lane] = sum_src_lanes[lane] + (double)sum_src_term;
+            }
+        }
+        values[0] = (double)(sum_src_lanes[0] + 0.0);
+    }
+    for (int opgen_line = 0; opgen_line < OPGEN_LINES_GROUP; ++opgen_line) {
+        layer_norm_f32_after_1(call, opgen_first + opgen_line, opgen_values[opgen_line]);
+    }
+    /* pass 2 */
+    OPGEN_UNROLLED
+    for (int opgen_line = 0; opgen_line < OPGEN_LINES_GROUP; ++opgen_line) {
+        double *const values = opgen_values[opgen_line];
+        const float epsilon = call->numbers[0];
+        (void)epsilon;
+        const double count = (double)call->count;
+        (void)count;
+        const double mean_line = (double)values[1];
+        double sum_squares_lanes[OPGEN_BLOCK];
+        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+            sum_squares_lanes[lane] = (double)-0.0;
+        }
+        OPGEN_UNROLLED
+        for (int opgen_block = 0; opgen_block < opgen_blocks; ++opgen_block) {
+            const int filled = opgen_filled[opgen_block];
+            const float *const src_block = src_blocks[opgen_line][opgen_block];
+            OPGEN_SIMD_FLOAT
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                const double src_value = (double)src_block[lane];
+                const double sum_squares_term = ((src_value - mean_line) * (src_value - mean_line));
+                sum_squares_lanes[lane] = lane < filled ? sum_squares_lanes[lane] + (double)sum_squares_term : sum_squares_lanes[lane];
+            }
+        }
+        OPGEN_UNROLLED
+        for (int opgen_width = OPGEN_BLOCK / 2; opgen_width > 0; opgen_width /= 2) {
+            for (int lane = 0; lane < opgen_width; ++lane) {
+                const double sum_squares_term = sum_squares_lanes[lane + opgen_width];
+                sum_squares_lanes[lane] = sum_squares_lanes[lane] + (double)sum_squares_term;
+            }
+        }
+        values[2] = (double)(sum_squares_lanes[0] + 0.0);
+    }
+    for (int opgen_line = 0; opgen_line < OPGEN_LINES_GROUP; ++opgen_line) {
+        layer_norm_f32_after_2(call, opgen_first + opgen_line, opgen_values[opgen_line]);
+    }
+    /* the elements */
+    OPGEN_UNROLLED
+    for (int opgen_line = 0; opgen_line < OPGEN_LINES_GROUP; ++opgen_line) {
+        double *const values = opgen_values[opgen_line];
+        float *dst = (float *)call->tensors[3] + (opgen_first + opgen_line) * length;
+        const float epsilon = call->numbers[0];
+        (void)epsilon;
+        const double count = (double)call->count;
+        (void)count;
+        const double mean_line = (double)values[1];
+        const double inv_std_line = (double)values[4];
+        OPGEN_UNROLLED
+        for (int opgen_block = 0; opgen_block < opgen_blocks; ++opgen_block) {
+            const int filled = opgen_filled[opgen_block];
+            const float *const src_block = src_blocks[opgen_line][opgen_block];
+            const float *const gamma_block = gamma_blocks[opgen_block];
+            const float *const beta_block = beta_blocks[opgen_block];
+            float dst_block[OPGEN_BLOCK];
+            OPGEN_SIMD_FLOAT
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                const double src_value = (double)src_block[lane];
+                const double gamma_value = (double)gamma_block[lane];
+                const double beta_value = (double)beta_block[lane];
+                const double dst_value = ((((src_value - mean_line) * inv_std_line) * gamma_value) + beta_value);
+                dst_block[lane] = (float)dst_value;
+            }
+            if (filled == OPGEN_BLOCK) {
+                opgen_store_block_f32(dst + OPGEN_BLOCK * opgen_block, dst_block, 0);
+            } else {
+                opgen_store_part_f32(dst + OPGEN_BLOCK * opgen_block, dst_block, filled, 0);
+            }
+        }
+        layer_norm_f32_store(call, opgen_first + opgen_line, values);
+    }
+}
+
+/* OPGEN_LINES_GROUP lines of `blocks` blocks at most, 1 to OPGEN_LINES_SHORT_BLOCKS */
+static void layer_norm_f32_short(const opgen_lines_call *call, int64_t opgen_first, double (*opgen_values)[OPGEN_LINES_MAX_VALUES + 1],
+                                 int opgen_blocks)
+{
+    switch (opgen_blocks) {
+    case 1:
+        layer_norm_f32_short_of(call, opgen_first, opgen_values, 1);
+        break;
+    case 2:
+        layer_norm_f32_short_of(call, opgen_first, opgen_values, 2);
+        break;
+    case 3:
+        layer_norm_f32_short_of(call, opgen_first, opgen_values, 3);
+        break;
+    case 4:
+        layer_norm_f32_short_of(call, opgen_first, opgen_values, 4);
+        break;
+    default:
+        break;
+    }
+}
+#endif
 
 /* contiguous lines [opgen_from, opgen_to): groups of lines, each pass over every line of a group before
  * the next, the microkernels inlined (opgen_lines.h: lines) */
@@ -531,9 +713,18 @@ static OPGEN_FLATTEN void layer_norm_f32_lines(const opgen_lines_call *opgen_cal
 {
     const int opgen_group = opgen_lines_group(opgen_call->length);
     (void)opgen_across;
+#if OPGEN_LINES_SHORT
+    const int opgen_short = opgen_call->stream ? 0 : opgen_lines_short(opgen_call->length);
+#endif
     for (int64_t opgen_first = opgen_from; opgen_first < opgen_to; opgen_first += opgen_group) {
         const int opgen_lines = opgen_to - opgen_first < opgen_group ? (int)(opgen_to - opgen_first) : opgen_group;
         double opgen_values[OPGEN_LINES_GROUP][OPGEN_LINES_MAX_VALUES + 1];
+#if OPGEN_LINES_SHORT
+        if (opgen_short > 0 && opgen_lines == OPGEN_LINES_GROUP) {
+            layer_norm_f32_short(opgen_call, opgen_first, opgen_values, opgen_short);
+            continue;
+        }
+#endif
         for (int opgen_at = 0; opgen_at < opgen_lines; ++opgen_at) {
             layer_norm_f32_reduce_1(opgen_call, opgen_first + opgen_at, opgen_values[opgen_at]);
         }
@@ -1058,6 +1249,188 @@ static void layer_norm_bf16_f32_widen(const opgen_lines_call *call, double *opge
         opgen_wide[1 * length + at] = beta != NULL ? (double)(beta[at]) : 0.0;
     }
 }
+#if OPGEN_LINES_SHORT
+
+/* OPGEN_LINES_GROUP contiguous lines of at most `opgen_blocks` blocks each, held in registers:
+ * each step over every line of the group before the next, so that the lines' chains of
+ * latencies (a block's terms, the fold, the values after it) overlap. The operations of the
+ * microkernels above in their order, lines padded to whole blocks whose lanes past `length`
+ * count for nothing: the same bits. `opgen_blocks` a constant in each caller (_short); the
+ * outputs in cache (streamed groups take the microkernels above). */
+OPGEN_MICROKERNEL void layer_norm_bf16_f32_short_of(const opgen_lines_call *call, int64_t opgen_first,
+                                                double (*opgen_values)[OPGEN_LINES_MAX_VALUES + 1], int opgen_blocks)
+{
+    const int64_t length = call->length;
+    int opgen_filled[OPGEN_LINES_SHORT_BLOCKS]; /* each block's lanes in the line */
+    OPGEN_UNROLLED
+    for (int opgen_block = 0; opgen_block < OPGEN_LINES_SHORT_BLOCKS; ++opgen_block) {
+        const int64_t opgen_left = length - OPGEN_BLOCK * opgen_block;
+        opgen_filled[opgen_block] = opgen_left <= 0 ? 0 : opgen_left < OPGEN_BLOCK ? (int)opgen_left : OPGEN_BLOCK;
+    }
+    float src_blocks[OPGEN_LINES_GROUP][OPGEN_LINES_SHORT_BLOCKS][OPGEN_BLOCK];
+    OPGEN_UNROLLED
+    for (int opgen_line = 0; opgen_line < OPGEN_LINES_GROUP; ++opgen_line) {
+        const opgen_bf16 *src = (const opgen_bf16 *)call->tensors[0] + (opgen_first + opgen_line) * length;
+        OPGEN_UNROLLED
+        for (int opgen_block = 0; opgen_block < opgen_blocks; ++opgen_block) {
+            opgen_load_part_bf16(src_blocks[opgen_line][opgen_block], src + OPGEN_BLOCK * opgen_block, opgen_filled[opgen_block]);
+        }
+    }
+    /* the same blocks for every line */
+    float gamma_blocks[OPGEN_LINES_SHORT_BLOCKS][OPGEN_BLOCK];
+    const float *gamma = (const float *)call->tensors[1];
+    OPGEN_UNROLLED
+    for (int opgen_block = 0; opgen_block < opgen_blocks; ++opgen_block) {
+        if (gamma == NULL) {
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                gamma_blocks[opgen_block][lane] = (float)1.0;
+            }
+            continue;
+        }
+        opgen_load_part_f32(gamma_blocks[opgen_block], gamma + OPGEN_BLOCK * opgen_block, opgen_filled[opgen_block]);
+    }
+    /* the same blocks for every line */
+    float beta_blocks[OPGEN_LINES_SHORT_BLOCKS][OPGEN_BLOCK];
+    const float *beta = (const float *)call->tensors[2];
+    OPGEN_UNROLLED
+    for (int opgen_block = 0; opgen_block < opgen_blocks; ++opgen_block) {
+        if (beta == NULL) {
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                beta_blocks[opgen_block][lane] = (float)0.0;
+            }
+            continue;
+        }
+        opgen_load_part_f32(beta_blocks[opgen_block], beta + OPGEN_BLOCK * opgen_block, opgen_filled[opgen_block]);
+    }
+    /* pass 1 */
+    OPGEN_UNROLLED
+    for (int opgen_line = 0; opgen_line < OPGEN_LINES_GROUP; ++opgen_line) {
+        double *const values = opgen_values[opgen_line];
+        const float epsilon = call->numbers[0];
+        (void)epsilon;
+        const double count = (double)call->count;
+        (void)count;
+        double sum_src_lanes[OPGEN_BLOCK];
+        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+            sum_src_lanes[lane] = (double)-0.0;
+        }
+        OPGEN_UNROLLED
+        for (int opgen_block = 0; opgen_block < opgen_blocks; ++opgen_block) {
+            const int filled = opgen_filled[opgen_block];
+            const float *const src_block = src_blocks[opgen_line][opgen_block];
+            OPGEN_SIMD_FLOAT
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                const double src_value = (double)src_block[lane];
+                const double sum_src_term = src_value;
+                sum_src_lanes[lane] = lane < filled ? sum_src_lanes[lane] + (double)sum_src_term : sum_src_lanes[lane];
+            }
+        }
+        OPGEN_UNROLLED
+        for (int opgen_width = OPGEN_BLOCK / 2; opgen_width > 0; opgen_width /= 2) {
+            for (int lane = 0; lane < opgen_width; ++lane) {
+                const double sum_src_term = sum_src_lanes[lane + opgen_width];
+                sum_src_lanes[lane] = sum_src_lanes[lane] + (double)sum_src_term;
+            }
+        }
+        values[0] = (double)(sum_src_lanes[0] + 0.0);
+    }
+    for (int opgen_line = 0; opgen_line < OPGEN_LINES_GROUP; ++opgen_line) {
+        layer_norm_bf16_f32_after_1(call, opgen_first + opgen_line, opgen_values[opgen_line]);
+    }
+    /* pass 2 */
+    OPGEN_UNROLLED
+    for (int opgen_line = 0; opgen_line < OPGEN_LINES_GROUP; ++opgen_line) {
+        double *const values = opgen_values[opgen_line];
+        const float epsilon = call->numbers[0];
+        (void)epsilon;
+        const double count = (double)call->count;
+        (void)count;
+        const double mean_line = (double)values[1];
+        double sum_squares_lanes[OPGEN_BLOCK];
+        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+            sum_squares_lanes[lane] = (double)-0.0;
+        }
+        OPGEN_UNROLLED
+        for (int opgen_block = 0; opgen_block < opgen_blocks; ++opgen_block) {
+            const int filled = opgen_filled[opgen_block];
+            const float *const src_block = src_blocks[opgen_line][opgen_block];
+            OPGEN_SIMD_FLOAT
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                const double src_value = (double)src_block[lane];
+                const double sum_squares_term = ((src_value - mean_line) * (src_value - mean_line));
+                sum_squares_lanes[lane] = lane < filled ? sum_squares_lanes[lane] + (double)sum_squares_term : sum_squares_lanes[lane];
+            }
+        }
+        OPGEN_UNROLLED
+        for (int opgen_width = OPGEN_BLOCK / 2; opgen_width > 0; opgen_width /= 2) {
+            for (int lane = 0; lane < opgen_width; ++lane) {
+                const double sum_squares_term = sum_squares_lanes[lane + opgen_width];
+                sum_squares_lanes[lane] = sum_squares_lanes[lane] + (double)sum_squares_term;
+            }
+        }
+        values[2] = (double)(sum_squares_lanes[0] + 0.0);
+    }
+    for (int opgen_line = 0; opgen_line < OPGEN_LINES_GROUP; ++opgen_line) {
+        layer_norm_bf16_f32_after_2(call, opgen_first + opgen_line, opgen_values[opgen_line]);
+    }
+    /* the elements */
+    OPGEN_UNROLLED
+    for (int opgen_line = 0; opgen_line < OPGEN_LINES_GROUP; ++opgen_line) {
+        double *const values = opgen_values[opgen_line];
+        opgen_bf16 *dst = (opgen_bf16 *)call->tensors[3] + (opgen_first + opgen_line) * length;
+        const float epsilon = call->numbers[0];
+        (void)epsilon;
+        const double count = (double)call->count;
+        (void)count;
+        const double mean_line = (double)values[1];
+        const double inv_std_line = (double)values[4];
+        OPGEN_UNROLLED
+        for (int opgen_block = 0; opgen_block < opgen_blocks; ++opgen_block) {
+            const int filled = opgen_filled[opgen_block];
+            const float *const src_block = src_blocks[opgen_line][opgen_block];
+            const float *const gamma_block = gamma_blocks[opgen_block];
+            const float *const beta_block = beta_blocks[opgen_block];
+            float dst_block[OPGEN_BLOCK];
+            OPGEN_SIMD_FLOAT
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                const double src_value = (double)src_block[lane];
+                const double gamma_value = (double)gamma_block[lane];
+                const double beta_value = (double)beta_block[lane];
+                const double dst_value = ((((src_value - mean_line) * inv_std_line) * gamma_value) + beta_value);
+                dst_block[lane] = (float)dst_value;
+            }
+            if (filled == OPGEN_BLOCK) {
+                opgen_store_block_bf16(dst + OPGEN_BLOCK * opgen_block, dst_block, 0);
+            } else {
+                opgen_store_part_bf16(dst + OPGEN_BLOCK * opgen_block, dst_block, filled, 0);
+            }
+        }
+        layer_norm_bf16_f32_store(call, opgen_first + opgen_line, values);
+    }
+}
+
+/* OPGEN_LINES_GROUP lines of `blocks` blocks at most, 1 to OPGEN_LINES_SHORT_BLOCKS */
+static void layer_norm_bf16_f32_short(const opgen_lines_call *call, int64_t opgen_first, double (*opgen_values)[OPGEN_LINES_MAX_VALUES + 1],
+                                      int opgen_blocks)
+{
+    switch (opgen_blocks) {
+    case 1:
+        layer_norm_bf16_f32_short_of(call, opgen_first, opgen_values, 1);
+        break;
+    case 2:
+        layer_norm_bf16_f32_short_of(call, opgen_first, opgen_values, 2);
+        break;
+    case 3:
+        layer_norm_bf16_f32_short_of(call, opgen_first, opgen_values, 3);
+        break;
+    case 4:
+        layer_norm_bf16_f32_short_of(call, opgen_first, opgen_values, 4);
+        break;
+    default:
+        break;
+    }
+}
+#endif
 
 /* contiguous lines [opgen_from, opgen_to): groups of lines, each pass over every line of a group before
  * the next, the microkernels inlined (opgen_lines.h: lines) */
@@ -1066,9 +1439,18 @@ static OPGEN_FLATTEN void layer_norm_bf16_f32_lines(const opgen_lines_call *opge
 {
     const int opgen_group = opgen_lines_group(opgen_call->length);
     (void)opgen_across;
+#if OPGEN_LINES_SHORT
+    const int opgen_short = opgen_call->stream ? 0 : opgen_lines_short(opgen_call->length);
+#endif
     for (int64_t opgen_first = opgen_from; opgen_first < opgen_to; opgen_first += opgen_group) {
         const int opgen_lines = opgen_to - opgen_first < opgen_group ? (int)(opgen_to - opgen_first) : opgen_group;
         double opgen_values[OPGEN_LINES_GROUP][OPGEN_LINES_MAX_VALUES + 1];
+#if OPGEN_LINES_SHORT
+        if (opgen_short > 0 && opgen_lines == OPGEN_LINES_GROUP) {
+            layer_norm_bf16_f32_short(opgen_call, opgen_first, opgen_values, opgen_short);
+            continue;
+        }
+#endif
         for (int opgen_at = 0; opgen_at < opgen_lines; ++opgen_at) {
             layer_norm_bf16_f32_reduce_1(opgen_call, opgen_first + opgen_at, opgen_values[opgen_at]);
         }
@@ -1593,6 +1975,188 @@ static void layer_norm_bf16_widen(const opgen_lines_call *call, double *opgen_wi
         opgen_wide[1 * length + at] = beta != NULL ? (double)(opgen_bf16_to_f32(beta[at])) : 0.0;
     }
 }
+#if OPGEN_LINES_SHORT
+
+/* OPGEN_LINES_GROUP contiguous lines of at most `opgen_blocks` blocks each, held in registers:
+ * each step over every line of the group before the next, so that the lines' chains of
+ * latencies (a block's terms, the fold, the values after it) overlap. The operations of the
+ * microkernels above in their order, lines padded to whole blocks whose lanes past `length`
+ * count for nothing: the same bits. `opgen_blocks` a constant in each caller (_short); the
+ * outputs in cache (streamed groups take the microkernels above). */
+OPGEN_MICROKERNEL void layer_norm_bf16_short_of(const opgen_lines_call *call, int64_t opgen_first,
+                                            double (*opgen_values)[OPGEN_LINES_MAX_VALUES + 1], int opgen_blocks)
+{
+    const int64_t length = call->length;
+    int opgen_filled[OPGEN_LINES_SHORT_BLOCKS]; /* each block's lanes in the line */
+    OPGEN_UNROLLED
+    for (int opgen_block = 0; opgen_block < OPGEN_LINES_SHORT_BLOCKS; ++opgen_block) {
+        const int64_t opgen_left = length - OPGEN_BLOCK * opgen_block;
+        opgen_filled[opgen_block] = opgen_left <= 0 ? 0 : opgen_left < OPGEN_BLOCK ? (int)opgen_left : OPGEN_BLOCK;
+    }
+    float src_blocks[OPGEN_LINES_GROUP][OPGEN_LINES_SHORT_BLOCKS][OPGEN_BLOCK];
+    OPGEN_UNROLLED
+    for (int opgen_line = 0; opgen_line < OPGEN_LINES_GROUP; ++opgen_line) {
+        const opgen_bf16 *src = (const opgen_bf16 *)call->tensors[0] + (opgen_first + opgen_line) * length;
+        OPGEN_UNROLLED
+        for (int opgen_block = 0; opgen_block < opgen_blocks; ++opgen_block) {
+            opgen_load_part_bf16(src_blocks[opgen_line][opgen_block], src + OPGEN_BLOCK * opgen_block, opgen_filled[opgen_block]);
+        }
+    }
+    /* the same blocks for every line */
+    float gamma_blocks[OPGEN_LINES_SHORT_BLOCKS][OPGEN_BLOCK];
+    const opgen_bf16 *gamma = (const opgen_bf16 *)call->tensors[1];
+    OPGEN_UNROLLED
+    for (int opgen_block = 0; opgen_block < opgen_blocks; ++opgen_block) {
+        if (gamma == NULL) {
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                gamma_blocks[opgen_block][lane] = (float)1.0;
+            }
+            continue;
+        }
+        opgen_load_part_bf16(gamma_blocks[opgen_block], gamma + OPGEN_BLOCK * opgen_block, opgen_filled[opgen_block]);
+    }
+    /* the same blocks for every line */
+    float beta_blocks[OPGEN_LINES_SHORT_BLOCKS][OPGEN_BLOCK];
+    const opgen_bf16 *beta = (const opgen_bf16 *)call->tensors[2];
+    OPGEN_UNROLLED
+    for (int opgen_block = 0; opgen_block < opgen_blocks; ++opgen_block) {
+        if (beta == NULL) {
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                beta_blocks[opgen_block][lane] = (float)0.0;
+            }
+            continue;
+        }
+        opgen_load_part_bf16(beta_blocks[opgen_block], beta + OPGEN_BLOCK * opgen_block, opgen_filled[opgen_block]);
+    }
+    /* pass 1 */
+    OPGEN_UNROLLED
+    for (int opgen_line = 0; opgen_line < OPGEN_LINES_GROUP; ++opgen_line) {
+        double *const values = opgen_values[opgen_line];
+        const float epsilon = call->numbers[0];
+        (void)epsilon;
+        const double count = (double)call->count;
+        (void)count;
+        double sum_src_lanes[OPGEN_BLOCK];
+        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+            sum_src_lanes[lane] = (double)-0.0;
+        }
+        OPGEN_UNROLLED
+        for (int opgen_block = 0; opgen_block < opgen_blocks; ++opgen_block) {
+            const int filled = opgen_filled[opgen_block];
+            const float *const src_block = src_blocks[opgen_line][opgen_block];
+            OPGEN_SIMD_FLOAT
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                const double src_value = (double)src_block[lane];
+                const double sum_src_term = src_value;
+                sum_src_lanes[lane] = lane < filled ? sum_src_lanes[lane] + (double)sum_src_term : sum_src_lanes[lane];
+            }
+        }
+        OPGEN_UNROLLED
+        for (int opgen_width = OPGEN_BLOCK / 2; opgen_width > 0; opgen_width /= 2) {
+            for (int lane = 0; lane < opgen_width; ++lane) {
+                const double sum_src_term = sum_src_lanes[lane + opgen_width];
+                sum_src_lanes[lane] = sum_src_lanes[lane] + (double)sum_src_term;
+            }
+        }
+        values[0] = (double)(sum_src_lanes[0] + 0.0);
+    }
+    for (int opgen_line = 0; opgen_line < OPGEN_LINES_GROUP; ++opgen_line) {
+        layer_norm_bf16_after_1(call, opgen_first + opgen_line, opgen_values[opgen_line]);
+    }
+    /* pass 2 */
+    OPGEN_UNROLLED
+    for (int opgen_line = 0; opgen_line < OPGEN_LINES_GROUP; ++opgen_line) {
+        double *const values = opgen_values[opgen_line];
+        const float epsilon = call->numbers[0];
+        (void)epsilon;
+        const double count = (double)call->count;
+        (void)count;
+        const double mean_line = (double)values[1];
+        double sum_squares_lanes[OPGEN_BLOCK];
+        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+            sum_squares_lanes[lane] = (double)-0.0;
+        }
+        OPGEN_UNROLLED
+        for (int opgen_block = 0; opgen_block < opgen_blocks; ++opgen_block) {
+            const int filled = opgen_filled[opgen_block];
+            const float *const src_block = src_blocks[opgen_line][opgen_block];
+            OPGEN_SIMD_FLOAT
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                const double src_value = (double)src_block[lane];
+                const double sum_squares_term = ((src_value - mean_line) * (src_value - mean_line));
+                sum_squares_lanes[lane] = lane < filled ? sum_squares_lanes[lane] + (double)sum_squares_term : sum_squares_lanes[lane];
+            }
+        }
+        OPGEN_UNROLLED
+        for (int opgen_width = OPGEN_BLOCK / 2; opgen_width > 0; opgen_width /= 2) {
+            for (int lane = 0; lane < opgen_width; ++lane) {
+                const double sum_squares_term = sum_squares_lanes[lane + opgen_width];
+                sum_squares_lanes[lane] = sum_squares_lanes[lane] + (double)sum_squares_term;
+            }
+        }
+        values[2] = (double)(sum_squares_lanes[0] + 0.0);
+    }
+    for (int opgen_line = 0; opgen_line < OPGEN_LINES_GROUP; ++opgen_line) {
+        layer_norm_bf16_after_2(call, opgen_first + opgen_line, opgen_values[opgen_line]);
+    }
+    /* the elements */
+    OPGEN_UNROLLED
+    for (int opgen_line = 0; opgen_line < OPGEN_LINES_GROUP; ++opgen_line) {
+        double *const values = opgen_values[opgen_line];
+        opgen_bf16 *dst = (opgen_bf16 *)call->tensors[3] + (opgen_first + opgen_line) * length;
+        const float epsilon = call->numbers[0];
+        (void)epsilon;
+        const double count = (double)call->count;
+        (void)count;
+        const double mean_line = (double)values[1];
+        const double inv_std_line = (double)values[4];
+        OPGEN_UNROLLED
+        for (int opgen_block = 0; opgen_block < opgen_blocks; ++opgen_block) {
+            const int filled = opgen_filled[opgen_block];
+            const float *const src_block = src_blocks[opgen_line][opgen_block];
+            const float *const gamma_block = gamma_blocks[opgen_block];
+            const float *const beta_block = beta_blocks[opgen_block];
+            float dst_block[OPGEN_BLOCK];
+            OPGEN_SIMD_FLOAT
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                const double src_value = (double)src_block[lane];
+                const double gamma_value = (double)gamma_block[lane];
+                const double beta_value = (double)beta_block[lane];
+                const double dst_value = ((((src_value - mean_line) * inv_std_line) * gamma_value) + beta_value);
+                dst_block[lane] = (float)dst_value;
+            }
+            if (filled == OPGEN_BLOCK) {
+                opgen_store_block_bf16(dst + OPGEN_BLOCK * opgen_block, dst_block, 0);
+            } else {
+                opgen_store_part_bf16(dst + OPGEN_BLOCK * opgen_block, dst_block, filled, 0);
+            }
+        }
+        layer_norm_bf16_store(call, opgen_first + opgen_line, values);
+    }
+}
+
+/* OPGEN_LINES_GROUP lines of `blocks` blocks at most, 1 to OPGEN_LINES_SHORT_BLOCKS */
+static void layer_norm_bf16_short(const opgen_lines_call *call, int64_t opgen_first, double (*opgen_values)[OPGEN_LINES_MAX_VALUES + 1],
+                                  int opgen_blocks)
+{
+    switch (opgen_blocks) {
+    case 1:
+        layer_norm_bf16_short_of(call, opgen_first, opgen_values, 1);
+        break;
+    case 2:
+        layer_norm_bf16_short_of(call, opgen_first, opgen_values, 2);
+        break;
+    case 3:
+        layer_norm_bf16_short_of(call, opgen_first, opgen_values, 3);
+        break;
+    case 4:
+        layer_norm_bf16_short_of(call, opgen_first, opgen_values, 4);
+        break;
+    default:
+        break;
+    }
+}
+#endif
 
 /* contiguous lines [opgen_from, opgen_to): groups of lines, each pass over every line of a group before
  * the next, the microkernels inlined (opgen_lines.h: lines) */
@@ -1601,9 +2165,18 @@ static OPGEN_FLATTEN void layer_norm_bf16_lines(const opgen_lines_call *opgen_ca
 {
     const int opgen_group = opgen_lines_group(opgen_call->length);
     (void)opgen_across;
+#if OPGEN_LINES_SHORT
+    const int opgen_short = opgen_call->stream ? 0 : opgen_lines_short(opgen_call->length);
+#endif
     for (int64_t opgen_first = opgen_from; opgen_first < opgen_to; opgen_first += opgen_group) {
         const int opgen_lines = opgen_to - opgen_first < opgen_group ? (int)(opgen_to - opgen_first) : opgen_group;
         double opgen_values[OPGEN_LINES_GROUP][OPGEN_LINES_MAX_VALUES + 1];
+#if OPGEN_LINES_SHORT
+        if (opgen_short > 0 && opgen_lines == OPGEN_LINES_GROUP) {
+            layer_norm_bf16_short(opgen_call, opgen_first, opgen_values, opgen_short);
+            continue;
+        }
+#endif
         for (int opgen_at = 0; opgen_at < opgen_lines; ++opgen_at) {
             layer_norm_bf16_reduce_1(opgen_call, opgen_first + opgen_at, opgen_values[opgen_at]);
         }
@@ -2113,6 +2686,188 @@ static void layer_norm_f16_f32_store(const opgen_lines_call *call, int64_t line,
         ((float *)call->tensors[5])[line] = (float)values[3];
     }
 }
+#if OPGEN_LINES_SHORT
+
+/* OPGEN_LINES_GROUP contiguous lines of at most `opgen_blocks` blocks each, held in registers:
+ * each step over every line of the group before the next, so that the lines' chains of
+ * latencies (a block's terms, the fold, the values after it) overlap. The operations of the
+ * microkernels above in their order, lines padded to whole blocks whose lanes past `length`
+ * count for nothing: the same bits. `opgen_blocks` a constant in each caller (_short); the
+ * outputs in cache (streamed groups take the microkernels above). */
+OPGEN_MICROKERNEL void layer_norm_f16_f32_short_of(const opgen_lines_call *call, int64_t opgen_first,
+                                               double (*opgen_values)[OPGEN_LINES_MAX_VALUES + 1], int opgen_blocks)
+{
+    const int64_t length = call->length;
+    int opgen_filled[OPGEN_LINES_SHORT_BLOCKS]; /* each block's lanes in the line */
+    OPGEN_UNROLLED
+    for (int opgen_block = 0; opgen_block < OPGEN_LINES_SHORT_BLOCKS; ++opgen_block) {
+        const int64_t opgen_left = length - OPGEN_BLOCK * opgen_block;
+        opgen_filled[opgen_block] = opgen_left <= 0 ? 0 : opgen_left < OPGEN_BLOCK ? (int)opgen_left : OPGEN_BLOCK;
+    }
+    float src_blocks[OPGEN_LINES_GROUP][OPGEN_LINES_SHORT_BLOCKS][OPGEN_BLOCK];
+    OPGEN_UNROLLED
+    for (int opgen_line = 0; opgen_line < OPGEN_LINES_GROUP; ++opgen_line) {
+        const opgen_f16 *src = (const opgen_f16 *)call->tensors[0] + (opgen_first + opgen_line) * length;
+        OPGEN_UNROLLED
+        for (int opgen_block = 0; opgen_block < opgen_blocks; ++opgen_block) {
+            opgen_load_part_f16(src_blocks[opgen_line][opgen_block], src + OPGEN_BLOCK * opgen_block, opgen_filled[opgen_block]);
+        }
+    }
+    /* the same blocks for every line */
+    float gamma_blocks[OPGEN_LINES_SHORT_BLOCKS][OPGEN_BLOCK];
+    const float *gamma = (const float *)call->tensors[1];
+    OPGEN_UNROLLED
+    for (int opgen_block = 0; opgen_block < opgen_blocks; ++opgen_block) {
+        if (gamma == NULL) {
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                gamma_blocks[opgen_block][lane] = (float)1.0f;
+            }
+            continue;
+        }
+        opgen_load_part_f32(gamma_blocks[opgen_block], gamma + OPGEN_BLOCK * opgen_block, opgen_filled[opgen_block]);
+    }
+    /* the same blocks for every line */
+    float beta_blocks[OPGEN_LINES_SHORT_BLOCKS][OPGEN_BLOCK];
+    const float *beta = (const float *)call->tensors[2];
+    OPGEN_UNROLLED
+    for (int opgen_block = 0; opgen_block < opgen_blocks; ++opgen_block) {
+        if (beta == NULL) {
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                beta_blocks[opgen_block][lane] = (float)0.0f;
+            }
+            continue;
+        }
+        opgen_load_part_f32(beta_blocks[opgen_block], beta + OPGEN_BLOCK * opgen_block, opgen_filled[opgen_block]);
+    }
+    /* pass 1 */
+    OPGEN_UNROLLED
+    for (int opgen_line = 0; opgen_line < OPGEN_LINES_GROUP; ++opgen_line) {
+        double *const values = opgen_values[opgen_line];
+        const float epsilon = call->numbers[0];
+        (void)epsilon;
+        const float count = (float)call->count;
+        (void)count;
+        double sum_src_lanes[OPGEN_BLOCK];
+        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+            sum_src_lanes[lane] = (double)-0.0;
+        }
+        OPGEN_UNROLLED
+        for (int opgen_block = 0; opgen_block < opgen_blocks; ++opgen_block) {
+            const int filled = opgen_filled[opgen_block];
+            const float *const src_block = src_blocks[opgen_line][opgen_block];
+            OPGEN_SIMD_FLOAT
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                const float src_value = (float)src_block[lane];
+                const float sum_src_term = src_value;
+                sum_src_lanes[lane] = lane < filled ? sum_src_lanes[lane] + (double)sum_src_term : sum_src_lanes[lane];
+            }
+        }
+        OPGEN_UNROLLED
+        for (int opgen_width = OPGEN_BLOCK / 2; opgen_width > 0; opgen_width /= 2) {
+            for (int lane = 0; lane < opgen_width; ++lane) {
+                const double sum_src_term = sum_src_lanes[lane + opgen_width];
+                sum_src_lanes[lane] = sum_src_lanes[lane] + (double)sum_src_term;
+            }
+        }
+        values[0] = (double)(sum_src_lanes[0] + 0.0);
+    }
+    for (int opgen_line = 0; opgen_line < OPGEN_LINES_GROUP; ++opgen_line) {
+        layer_norm_f16_f32_after_1(call, opgen_first + opgen_line, opgen_values[opgen_line]);
+    }
+    /* pass 2 */
+    OPGEN_UNROLLED
+    for (int opgen_line = 0; opgen_line < OPGEN_LINES_GROUP; ++opgen_line) {
+        double *const values = opgen_values[opgen_line];
+        const float epsilon = call->numbers[0];
+        (void)epsilon;
+        const float count = (float)call->count;
+        (void)count;
+        const float mean_line = (float)values[1];
+        double sum_squares_lanes[OPGEN_BLOCK];
+        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+            sum_squares_lanes[lane] = (double)-0.0;
+        }
+        OPGEN_UNROLLED
+        for (int opgen_block = 0; opgen_block < opgen_blocks; ++opgen_block) {
+            const int filled = opgen_filled[opgen_block];
+            const float *const src_block = src_blocks[opgen_line][opgen_block];
+            OPGEN_SIMD_FLOAT
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                const float src_value = (float)src_block[lane];
+                const float sum_squares_term = ((src_value - mean_line) * (src_value - mean_line));
+                sum_squares_lanes[lane] = lane < filled ? sum_squares_lanes[lane] + (double)sum_squares_term : sum_squares_lanes[lane];
+            }
+        }
+        OPGEN_UNROLLED
+        for (int opgen_width = OPGEN_BLOCK / 2; opgen_width > 0; opgen_width /= 2) {
+            for (int lane = 0; lane < opgen_width; ++lane) {
+                const double sum_squares_term = sum_squares_lanes[lane + opgen_width];
+                sum_squares_lanes[lane] = sum_squares_lanes[lane] + (double)sum_squares_term;
+            }
+        }
+        values[2] = (double)(sum_squares_lanes[0] + 0.0);
+    }
+    for (int opgen_line = 0; opgen_line < OPGEN_LINES_GROUP; ++opgen_line) {
+        layer_norm_f16_f32_after_2(call, opgen_first + opgen_line, opgen_values[opgen_line]);
+    }
+    /* the elements */
+    OPGEN_UNROLLED
+    for (int opgen_line = 0; opgen_line < OPGEN_LINES_GROUP; ++opgen_line) {
+        double *const values = opgen_values[opgen_line];
+        opgen_f16 *dst = (opgen_f16 *)call->tensors[3] + (opgen_first + opgen_line) * length;
+        const float epsilon = call->numbers[0];
+        (void)epsilon;
+        const float count = (float)call->count;
+        (void)count;
+        const float mean_line = (float)values[1];
+        const float inv_std_line = (float)values[4];
+        OPGEN_UNROLLED
+        for (int opgen_block = 0; opgen_block < opgen_blocks; ++opgen_block) {
+            const int filled = opgen_filled[opgen_block];
+            const float *const src_block = src_blocks[opgen_line][opgen_block];
+            const float *const gamma_block = gamma_blocks[opgen_block];
+            const float *const beta_block = beta_blocks[opgen_block];
+            float dst_block[OPGEN_BLOCK];
+            OPGEN_SIMD_FLOAT
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                const float src_value = (float)src_block[lane];
+                const float gamma_value = (float)gamma_block[lane];
+                const float beta_value = (float)beta_block[lane];
+                const float dst_value = ((((src_value - mean_line) * inv_std_line) * gamma_value) + beta_value);
+                dst_block[lane] = (float)dst_value;
+            }
+            if (filled == OPGEN_BLOCK) {
+                opgen_store_block_f16(dst + OPGEN_BLOCK * opgen_block, dst_block, 0);
+            } else {
+                opgen_store_part_f16(dst + OPGEN_BLOCK * opgen_block, dst_block, filled, 0);
+            }
+        }
+        layer_norm_f16_f32_store(call, opgen_first + opgen_line, values);
+    }
+}
+
+/* OPGEN_LINES_GROUP lines of `blocks` blocks at most, 1 to OPGEN_LINES_SHORT_BLOCKS */
+static void layer_norm_f16_f32_short(const opgen_lines_call *call, int64_t opgen_first, double (*opgen_values)[OPGEN_LINES_MAX_VALUES + 1],
+                                     int opgen_blocks)
+{
+    switch (opgen_blocks) {
+    case 1:
+        layer_norm_f16_f32_short_of(call, opgen_first, opgen_values, 1);
+        break;
+    case 2:
+        layer_norm_f16_f32_short_of(call, opgen_first, opgen_values, 2);
+        break;
+    case 3:
+        layer_norm_f16_f32_short_of(call, opgen_first, opgen_values, 3);
+        break;
+    case 4:
+        layer_norm_f16_f32_short_of(call, opgen_first, opgen_values, 4);
+        break;
+    default:
+        break;
+    }
+}
+#endif
 
 /* contiguous lines [opgen_from, opgen_to): groups of lines, each pass over every line of a group before
  * the next, the microkernels inlined (opgen_lines.h: lines) */
@@ -2121,9 +2876,18 @@ static OPGEN_FLATTEN void layer_norm_f16_f32_lines(const opgen_lines_call *opgen
 {
     const int opgen_group = opgen_lines_group(opgen_call->length);
     (void)opgen_across;
+#if OPGEN_LINES_SHORT
+    const int opgen_short = opgen_call->stream ? 0 : opgen_lines_short(opgen_call->length);
+#endif
     for (int64_t opgen_first = opgen_from; opgen_first < opgen_to; opgen_first += opgen_group) {
         const int opgen_lines = opgen_to - opgen_first < opgen_group ? (int)(opgen_to - opgen_first) : opgen_group;
         double opgen_values[OPGEN_LINES_GROUP][OPGEN_LINES_MAX_VALUES + 1];
+#if OPGEN_LINES_SHORT
+        if (opgen_short > 0 && opgen_lines == OPGEN_LINES_GROUP) {
+            layer_norm_f16_f32_short(opgen_call, opgen_first, opgen_values, opgen_short);
+            continue;
+        }
+#endif
         for (int opgen_at = 0; opgen_at < opgen_lines; ++opgen_at) {
             layer_norm_f16_f32_reduce_1(opgen_call, opgen_first + opgen_at, opgen_values[opgen_at]);
         }

@@ -382,6 +382,148 @@ static void log_soft_max_f32_apply_columns(const opgen_lines_call *call, int64_t
         log_soft_max_f32_apply_columns_of(call, outer_index, position, lanes, values, opgen_across, 0);
     }
 }
+#if OPGEN_LINES_SHORT
+
+/* OPGEN_LINES_GROUP contiguous lines of at most `opgen_blocks` blocks each, held in registers:
+ * each step over every line of the group before the next, so that the lines' chains of
+ * latencies (a block's terms, the fold, the values after it) overlap. The operations of the
+ * microkernels above in their order, lines padded to whole blocks whose lanes past `length`
+ * count for nothing: the same bits. `opgen_blocks` a constant in each caller (_short); the
+ * outputs in cache (streamed groups take the microkernels above). */
+OPGEN_MICROKERNEL void log_soft_max_f32_short_of(const opgen_lines_call *call, int64_t opgen_first,
+                                             double (*opgen_values)[OPGEN_LINES_MAX_VALUES + 1], int opgen_blocks)
+{
+    const int64_t length = call->length;
+    int opgen_filled[OPGEN_LINES_SHORT_BLOCKS]; /* each block's lanes in the line */
+    OPGEN_UNROLLED
+    for (int opgen_block = 0; opgen_block < OPGEN_LINES_SHORT_BLOCKS; ++opgen_block) {
+        const int64_t opgen_left = length - OPGEN_BLOCK * opgen_block;
+        opgen_filled[opgen_block] = opgen_left <= 0 ? 0 : opgen_left < OPGEN_BLOCK ? (int)opgen_left : OPGEN_BLOCK;
+    }
+    float src_blocks[OPGEN_LINES_GROUP][OPGEN_LINES_SHORT_BLOCKS][OPGEN_BLOCK];
+    OPGEN_UNROLLED
+    for (int opgen_line = 0; opgen_line < OPGEN_LINES_GROUP; ++opgen_line) {
+        const float *src = (const float *)call->tensors[0] + (opgen_first + opgen_line) * length;
+        OPGEN_UNROLLED
+        for (int opgen_block = 0; opgen_block < opgen_blocks; ++opgen_block) {
+            opgen_load_part_f32(src_blocks[opgen_line][opgen_block], src + OPGEN_BLOCK * opgen_block, opgen_filled[opgen_block]);
+        }
+    }
+    /* pass 1 */
+    OPGEN_UNROLLED
+    for (int opgen_line = 0; opgen_line < OPGEN_LINES_GROUP; ++opgen_line) {
+        double *const values = opgen_values[opgen_line];
+        const float count = (float)call->count;
+        (void)count;
+        float max_src_lanes[OPGEN_BLOCK];
+        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+            max_src_lanes[lane] = (float)-INFINITY;
+        }
+        OPGEN_UNROLLED
+        for (int opgen_block = 0; opgen_block < opgen_blocks; ++opgen_block) {
+            const int filled = opgen_filled[opgen_block];
+            const float *const src_block = src_blocks[opgen_line][opgen_block];
+            OPGEN_SIMD_FLOAT
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                const float src_value = (float)src_block[lane];
+                const float max_src_term = src_value;
+                max_src_lanes[lane] = lane < filled ? opgen_lines_max_float(max_src_lanes[lane], (float)max_src_term) : max_src_lanes[lane];
+            }
+        }
+        OPGEN_UNROLLED
+        for (int opgen_width = OPGEN_BLOCK / 2; opgen_width > 0; opgen_width /= 2) {
+            for (int lane = 0; lane < opgen_width; ++lane) {
+                const float max_src_term = max_src_lanes[lane + opgen_width];
+                max_src_lanes[lane] = opgen_lines_max_float(max_src_lanes[lane], (float)max_src_term);
+            }
+        }
+        values[0] = (double)max_src_lanes[0];
+    }
+    /* pass 2 */
+    OPGEN_UNROLLED
+    for (int opgen_line = 0; opgen_line < OPGEN_LINES_GROUP; ++opgen_line) {
+        double *const values = opgen_values[opgen_line];
+        const float count = (float)call->count;
+        (void)count;
+        const float max_src_line = (float)values[0];
+        double sum_exp_lanes[OPGEN_BLOCK];
+        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+            sum_exp_lanes[lane] = (double)-0.0;
+        }
+        OPGEN_UNROLLED
+        for (int opgen_block = 0; opgen_block < opgen_blocks; ++opgen_block) {
+            const int filled = opgen_filled[opgen_block];
+            const float *const src_block = src_blocks[opgen_line][opgen_block];
+            OPGEN_SIMD_FLOAT
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                const float src_value = (float)src_block[lane];
+                const float sum_exp_term = opgen_exp_linef((src_value - max_src_line));
+                sum_exp_lanes[lane] = lane < filled ? sum_exp_lanes[lane] + (double)sum_exp_term : sum_exp_lanes[lane];
+            }
+        }
+        OPGEN_UNROLLED
+        for (int opgen_width = OPGEN_BLOCK / 2; opgen_width > 0; opgen_width /= 2) {
+            for (int lane = 0; lane < opgen_width; ++lane) {
+                const double sum_exp_term = sum_exp_lanes[lane + opgen_width];
+                sum_exp_lanes[lane] = sum_exp_lanes[lane] + (double)sum_exp_term;
+            }
+        }
+        values[1] = (double)(sum_exp_lanes[0] + 0.0);
+    }
+    for (int opgen_line = 0; opgen_line < OPGEN_LINES_GROUP; ++opgen_line) {
+        log_soft_max_f32_after_2(call, opgen_first + opgen_line, opgen_values[opgen_line]);
+    }
+    /* the elements */
+    OPGEN_UNROLLED
+    for (int opgen_line = 0; opgen_line < OPGEN_LINES_GROUP; ++opgen_line) {
+        double *const values = opgen_values[opgen_line];
+        float *dst = (float *)call->tensors[1] + (opgen_first + opgen_line) * length;
+        const float count = (float)call->count;
+        (void)count;
+        const float max_src_line = (float)values[0];
+        const float log_sum_line = (float)values[2];
+        OPGEN_UNROLLED
+        for (int opgen_block = 0; opgen_block < opgen_blocks; ++opgen_block) {
+            const int filled = opgen_filled[opgen_block];
+            const float *const src_block = src_blocks[opgen_line][opgen_block];
+            float dst_block[OPGEN_BLOCK];
+            OPGEN_SIMD_FLOAT
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                const float src_value = (float)src_block[lane];
+                const float dst_value = ((src_value - max_src_line) - log_sum_line);
+                dst_block[lane] = (float)dst_value;
+            }
+            if (filled == OPGEN_BLOCK) {
+                opgen_store_block_f32(dst + OPGEN_BLOCK * opgen_block, dst_block, 0);
+            } else {
+                opgen_store_part_f32(dst + OPGEN_BLOCK * opgen_block, dst_block, filled, 0);
+            }
+        }
+    }
+}
+
+/* OPGEN_LINES_GROUP lines of `blocks` blocks at most, 1 to OPGEN_LINES_SHORT_BLOCKS */
+static void log_soft_max_f32_short(const opgen_lines_call *call, int64_t opgen_first, double (*opgen_values)[OPGEN_LINES_MAX_VALUES + 1],
+                                   int opgen_blocks)
+{
+    switch (opgen_blocks) {
+    case 1:
+        log_soft_max_f32_short_of(call, opgen_first, opgen_values, 1);
+        break;
+    case 2:
+        log_soft_max_f32_short_of(call, opgen_first, opgen_values, 2);
+        break;
+    case 3:
+        log_soft_max_f32_short_of(call, opgen_first, opgen_values, 3);
+        break;
+    case 4:
+        log_soft_max_f32_short_of(call, opgen_first, opgen_values, 4);
+        break;
+    default:
+        break;
+    }
+}
+#endif
 
 /* contiguous lines [opgen_from, opgen_to): groups of lines, each pass over every line of a group before
  * the next, the microkernels inlined (opgen_lines.h: lines) */
@@ -390,9 +532,18 @@ static OPGEN_FLATTEN void log_soft_max_f32_lines(const opgen_lines_call *opgen_c
 {
     const int opgen_group = opgen_lines_group(opgen_call->length);
     (void)opgen_across;
+#if OPGEN_LINES_SHORT
+    const int opgen_short = opgen_call->stream ? 0 : opgen_lines_short(opgen_call->length);
+#endif
     for (int64_t opgen_first = opgen_from; opgen_first < opgen_to; opgen_first += opgen_group) {
         const int opgen_lines = opgen_to - opgen_first < opgen_group ? (int)(opgen_to - opgen_first) : opgen_group;
         double opgen_values[OPGEN_LINES_GROUP][OPGEN_LINES_MAX_VALUES + 1];
+#if OPGEN_LINES_SHORT
+        if (opgen_short > 0 && opgen_lines == OPGEN_LINES_GROUP) {
+            log_soft_max_f32_short(opgen_call, opgen_first, opgen_values, opgen_short);
+            continue;
+        }
+#endif
         for (int opgen_at = 0; opgen_at < opgen_lines; ++opgen_at) {
             log_soft_max_f32_reduce_1(opgen_call, opgen_first + opgen_at, opgen_values[opgen_at]);
         }
@@ -816,6 +967,148 @@ static void log_soft_max_bf16_apply_columns(const opgen_lines_call *call, int64_
         log_soft_max_bf16_apply_columns_of(call, outer_index, position, lanes, values, opgen_across, 0);
     }
 }
+#if OPGEN_LINES_SHORT
+
+/* OPGEN_LINES_GROUP contiguous lines of at most `opgen_blocks` blocks each, held in registers:
+ * each step over every line of the group before the next, so that the lines' chains of
+ * latencies (a block's terms, the fold, the values after it) overlap. The operations of the
+ * microkernels above in their order, lines padded to whole blocks whose lanes past `length`
+ * count for nothing: the same bits. `opgen_blocks` a constant in each caller (_short); the
+ * outputs in cache (streamed groups take the microkernels above). */
+OPGEN_MICROKERNEL void log_soft_max_bf16_short_of(const opgen_lines_call *call, int64_t opgen_first,
+                                              double (*opgen_values)[OPGEN_LINES_MAX_VALUES + 1], int opgen_blocks)
+{
+    const int64_t length = call->length;
+    int opgen_filled[OPGEN_LINES_SHORT_BLOCKS]; /* each block's lanes in the line */
+    OPGEN_UNROLLED
+    for (int opgen_block = 0; opgen_block < OPGEN_LINES_SHORT_BLOCKS; ++opgen_block) {
+        const int64_t opgen_left = length - OPGEN_BLOCK * opgen_block;
+        opgen_filled[opgen_block] = opgen_left <= 0 ? 0 : opgen_left < OPGEN_BLOCK ? (int)opgen_left : OPGEN_BLOCK;
+    }
+    float src_blocks[OPGEN_LINES_GROUP][OPGEN_LINES_SHORT_BLOCKS][OPGEN_BLOCK];
+    OPGEN_UNROLLED
+    for (int opgen_line = 0; opgen_line < OPGEN_LINES_GROUP; ++opgen_line) {
+        const opgen_bf16 *src = (const opgen_bf16 *)call->tensors[0] + (opgen_first + opgen_line) * length;
+        OPGEN_UNROLLED
+        for (int opgen_block = 0; opgen_block < opgen_blocks; ++opgen_block) {
+            opgen_load_part_bf16(src_blocks[opgen_line][opgen_block], src + OPGEN_BLOCK * opgen_block, opgen_filled[opgen_block]);
+        }
+    }
+    /* pass 1 */
+    OPGEN_UNROLLED
+    for (int opgen_line = 0; opgen_line < OPGEN_LINES_GROUP; ++opgen_line) {
+        double *const values = opgen_values[opgen_line];
+        const float count = (float)call->count;
+        (void)count;
+        float max_src_lanes[OPGEN_BLOCK];
+        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+            max_src_lanes[lane] = (float)-INFINITY;
+        }
+        OPGEN_UNROLLED
+        for (int opgen_block = 0; opgen_block < opgen_blocks; ++opgen_block) {
+            const int filled = opgen_filled[opgen_block];
+            const float *const src_block = src_blocks[opgen_line][opgen_block];
+            OPGEN_SIMD_FLOAT
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                const float src_value = (float)src_block[lane];
+                const float max_src_term = src_value;
+                max_src_lanes[lane] = lane < filled ? opgen_lines_max_float(max_src_lanes[lane], (float)max_src_term) : max_src_lanes[lane];
+            }
+        }
+        OPGEN_UNROLLED
+        for (int opgen_width = OPGEN_BLOCK / 2; opgen_width > 0; opgen_width /= 2) {
+            for (int lane = 0; lane < opgen_width; ++lane) {
+                const float max_src_term = max_src_lanes[lane + opgen_width];
+                max_src_lanes[lane] = opgen_lines_max_float(max_src_lanes[lane], (float)max_src_term);
+            }
+        }
+        values[0] = (double)max_src_lanes[0];
+    }
+    /* pass 2 */
+    OPGEN_UNROLLED
+    for (int opgen_line = 0; opgen_line < OPGEN_LINES_GROUP; ++opgen_line) {
+        double *const values = opgen_values[opgen_line];
+        const float count = (float)call->count;
+        (void)count;
+        const float max_src_line = (float)values[0];
+        double sum_exp_lanes[OPGEN_BLOCK];
+        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+            sum_exp_lanes[lane] = (double)-0.0;
+        }
+        OPGEN_UNROLLED
+        for (int opgen_block = 0; opgen_block < opgen_blocks; ++opgen_block) {
+            const int filled = opgen_filled[opgen_block];
+            const float *const src_block = src_blocks[opgen_line][opgen_block];
+            OPGEN_SIMD_FLOAT
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                const float src_value = (float)src_block[lane];
+                const float sum_exp_term = opgen_exp_linef((src_value - max_src_line));
+                sum_exp_lanes[lane] = lane < filled ? sum_exp_lanes[lane] + (double)sum_exp_term : sum_exp_lanes[lane];
+            }
+        }
+        OPGEN_UNROLLED
+        for (int opgen_width = OPGEN_BLOCK / 2; opgen_width > 0; opgen_width /= 2) {
+            for (int lane = 0; lane < opgen_width; ++lane) {
+                const double sum_exp_term = sum_exp_lanes[lane + opgen_width];
+                sum_exp_lanes[lane] = sum_exp_lanes[lane] + (double)sum_exp_term;
+            }
+        }
+        values[1] = (double)(sum_exp_lanes[0] + 0.0);
+    }
+    for (int opgen_line = 0; opgen_line < OPGEN_LINES_GROUP; ++opgen_line) {
+        log_soft_max_bf16_after_2(call, opgen_first + opgen_line, opgen_values[opgen_line]);
+    }
+    /* the elements */
+    OPGEN_UNROLLED
+    for (int opgen_line = 0; opgen_line < OPGEN_LINES_GROUP; ++opgen_line) {
+        double *const values = opgen_values[opgen_line];
+        opgen_bf16 *dst = (opgen_bf16 *)call->tensors[1] + (opgen_first + opgen_line) * length;
+        const float count = (float)call->count;
+        (void)count;
+        const float max_src_line = (float)values[0];
+        const float log_sum_line = (float)values[2];
+        OPGEN_UNROLLED
+        for (int opgen_block = 0; opgen_block < opgen_blocks; ++opgen_block) {
+            const int filled = opgen_filled[opgen_block];
+            const float *const src_block = src_blocks[opgen_line][opgen_block];
+            float dst_block[OPGEN_BLOCK];
+            OPGEN_SIMD_FLOAT
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                const float src_value = (float)src_block[lane];
+                const float dst_value = ((src_value - max_src_line) - log_sum_line);
+                dst_block[lane] = (float)dst_value;
+            }
+            if (filled == OPGEN_BLOCK) {
+                opgen_store_block_bf16(dst + OPGEN_BLOCK * opgen_block, dst_block, 0);
+            } else {
+                opgen_store_part_bf16(dst + OPGEN_BLOCK * opgen_block, dst_block, filled, 0);
+            }
+        }
+    }
+}
+
+/* OPGEN_LINES_GROUP lines of `blocks` blocks at most, 1 to OPGEN_LINES_SHORT_BLOCKS */
+static void log_soft_max_bf16_short(const opgen_lines_call *call, int64_t opgen_first, double (*opgen_values)[OPGEN_LINES_MAX_VALUES + 1],
+                                    int opgen_blocks)
+{
+    switch (opgen_blocks) {
+    case 1:
+        log_soft_max_bf16_short_of(call, opgen_first, opgen_values, 1);
+        break;
+    case 2:
+        log_soft_max_bf16_short_of(call, opgen_first, opgen_values, 2);
+        break;
+    case 3:
+        log_soft_max_bf16_short_of(call, opgen_first, opgen_values, 3);
+        break;
+    case 4:
+        log_soft_max_bf16_short_of(call, opgen_first, opgen_values, 4);
+        break;
+    default:
+        break;
+    }
+}
+#endif
 
 /* contiguous lines [opgen_from, opgen_to): groups of lines, each pass over every line of a group before
  * the next, the microkernels inlined (opgen_lines.h: lines) */
@@ -824,9 +1117,18 @@ static OPGEN_FLATTEN void log_soft_max_bf16_lines(const opgen_lines_call *opgen_
 {
     const int opgen_group = opgen_lines_group(opgen_call->length);
     (void)opgen_across;
+#if OPGEN_LINES_SHORT
+    const int opgen_short = opgen_call->stream ? 0 : opgen_lines_short(opgen_call->length);
+#endif
     for (int64_t opgen_first = opgen_from; opgen_first < opgen_to; opgen_first += opgen_group) {
         const int opgen_lines = opgen_to - opgen_first < opgen_group ? (int)(opgen_to - opgen_first) : opgen_group;
         double opgen_values[OPGEN_LINES_GROUP][OPGEN_LINES_MAX_VALUES + 1];
+#if OPGEN_LINES_SHORT
+        if (opgen_short > 0 && opgen_lines == OPGEN_LINES_GROUP) {
+            log_soft_max_bf16_short(opgen_call, opgen_first, opgen_values, opgen_short);
+            continue;
+        }
+#endif
         for (int opgen_at = 0; opgen_at < opgen_lines; ++opgen_at) {
             log_soft_max_bf16_reduce_1(opgen_call, opgen_first + opgen_at, opgen_values[opgen_at]);
         }
@@ -1250,6 +1552,148 @@ static void log_soft_max_f16_apply_columns(const opgen_lines_call *call, int64_t
         log_soft_max_f16_apply_columns_of(call, outer_index, position, lanes, values, opgen_across, 0);
     }
 }
+#if OPGEN_LINES_SHORT
+
+/* OPGEN_LINES_GROUP contiguous lines of at most `opgen_blocks` blocks each, held in registers:
+ * each step over every line of the group before the next, so that the lines' chains of
+ * latencies (a block's terms, the fold, the values after it) overlap. The operations of the
+ * microkernels above in their order, lines padded to whole blocks whose lanes past `length`
+ * count for nothing: the same bits. `opgen_blocks` a constant in each caller (_short); the
+ * outputs in cache (streamed groups take the microkernels above). */
+OPGEN_MICROKERNEL void log_soft_max_f16_short_of(const opgen_lines_call *call, int64_t opgen_first,
+                                             double (*opgen_values)[OPGEN_LINES_MAX_VALUES + 1], int opgen_blocks)
+{
+    const int64_t length = call->length;
+    int opgen_filled[OPGEN_LINES_SHORT_BLOCKS]; /* each block's lanes in the line */
+    OPGEN_UNROLLED
+    for (int opgen_block = 0; opgen_block < OPGEN_LINES_SHORT_BLOCKS; ++opgen_block) {
+        const int64_t opgen_left = length - OPGEN_BLOCK * opgen_block;
+        opgen_filled[opgen_block] = opgen_left <= 0 ? 0 : opgen_left < OPGEN_BLOCK ? (int)opgen_left : OPGEN_BLOCK;
+    }
+    float src_blocks[OPGEN_LINES_GROUP][OPGEN_LINES_SHORT_BLOCKS][OPGEN_BLOCK];
+    OPGEN_UNROLLED
+    for (int opgen_line = 0; opgen_line < OPGEN_LINES_GROUP; ++opgen_line) {
+        const opgen_f16 *src = (const opgen_f16 *)call->tensors[0] + (opgen_first + opgen_line) * length;
+        OPGEN_UNROLLED
+        for (int opgen_block = 0; opgen_block < opgen_blocks; ++opgen_block) {
+            opgen_load_part_f16(src_blocks[opgen_line][opgen_block], src + OPGEN_BLOCK * opgen_block, opgen_filled[opgen_block]);
+        }
+    }
+    /* pass 1 */
+    OPGEN_UNROLLED
+    for (int opgen_line = 0; opgen_line < OPGEN_LINES_GROUP; ++opgen_line) {
+        double *const values = opgen_values[opgen_line];
+        const float count = (float)call->count;
+        (void)count;
+        float max_src_lanes[OPGEN_BLOCK];
+        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+            max_src_lanes[lane] = (float)-INFINITY;
+        }
+        OPGEN_UNROLLED
+        for (int opgen_block = 0; opgen_block < opgen_blocks; ++opgen_block) {
+            const int filled = opgen_filled[opgen_block];
+            const float *const src_block = src_blocks[opgen_line][opgen_block];
+            OPGEN_SIMD_FLOAT
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                const float src_value = (float)src_block[lane];
+                const float max_src_term = src_value;
+                max_src_lanes[lane] = lane < filled ? opgen_lines_max_float(max_src_lanes[lane], (float)max_src_term) : max_src_lanes[lane];
+            }
+        }
+        OPGEN_UNROLLED
+        for (int opgen_width = OPGEN_BLOCK / 2; opgen_width > 0; opgen_width /= 2) {
+            for (int lane = 0; lane < opgen_width; ++lane) {
+                const float max_src_term = max_src_lanes[lane + opgen_width];
+                max_src_lanes[lane] = opgen_lines_max_float(max_src_lanes[lane], (float)max_src_term);
+            }
+        }
+        values[0] = (double)max_src_lanes[0];
+    }
+    /* pass 2 */
+    OPGEN_UNROLLED
+    for (int opgen_line = 0; opgen_line < OPGEN_LINES_GROUP; ++opgen_line) {
+        double *const values = opgen_values[opgen_line];
+        const float count = (float)call->count;
+        (void)count;
+        const float max_src_line = (float)values[0];
+        double sum_exp_lanes[OPGEN_BLOCK];
+        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+            sum_exp_lanes[lane] = (double)-0.0;
+        }
+        OPGEN_UNROLLED
+        for (int opgen_block = 0; opgen_block < opgen_blocks; ++opgen_block) {
+            const int filled = opgen_filled[opgen_block];
+            const float *const src_block = src_blocks[opgen_line][opgen_block];
+            OPGEN_SIMD_FLOAT
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                const float src_value = (float)src_block[lane];
+                const float sum_exp_term = opgen_exp_linef((src_value - max_src_line));
+                sum_exp_lanes[lane] = lane < filled ? sum_exp_lanes[lane] + (double)sum_exp_term : sum_exp_lanes[lane];
+            }
+        }
+        OPGEN_UNROLLED
+        for (int opgen_width = OPGEN_BLOCK / 2; opgen_width > 0; opgen_width /= 2) {
+            for (int lane = 0; lane < opgen_width; ++lane) {
+                const double sum_exp_term = sum_exp_lanes[lane + opgen_width];
+                sum_exp_lanes[lane] = sum_exp_lanes[lane] + (double)sum_exp_term;
+            }
+        }
+        values[1] = (double)(sum_exp_lanes[0] + 0.0);
+    }
+    for (int opgen_line = 0; opgen_line < OPGEN_LINES_GROUP; ++opgen_line) {
+        log_soft_max_f16_after_2(call, opgen_first + opgen_line, opgen_values[opgen_line]);
+    }
+    /* the elements */
+    OPGEN_UNROLLED
+    for (int opgen_line = 0; opgen_line < OPGEN_LINES_GROUP; ++opgen_line) {
+        double *const values = opgen_values[opgen_line];
+        opgen_f16 *dst = (opgen_f16 *)call->tensors[1] + (opgen_first + opgen_line) * length;
+        const float count = (float)call->count;
+        (void)count;
+        const float max_src_line = (float)values[0];
+        const float log_sum_line = (float)values[2];
+        OPGEN_UNROLLED
+        for (int opgen_block = 0; opgen_block < opgen_blocks; ++opgen_block) {
+            const int filled = opgen_filled[opgen_block];
+            const float *const src_block = src_blocks[opgen_line][opgen_block];
+            float dst_block[OPGEN_BLOCK];
+            OPGEN_SIMD_FLOAT
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                const float src_value = (float)src_block[lane];
+                const float dst_value = ((src_value - max_src_line) - log_sum_line);
+                dst_block[lane] = (float)dst_value;
+            }
+            if (filled == OPGEN_BLOCK) {
+                opgen_store_block_f16(dst + OPGEN_BLOCK * opgen_block, dst_block, 0);
+            } else {
+                opgen_store_part_f16(dst + OPGEN_BLOCK * opgen_block, dst_block, filled, 0);
+            }
+        }
+    }
+}
+
+/* OPGEN_LINES_GROUP lines of `blocks` blocks at most, 1 to OPGEN_LINES_SHORT_BLOCKS */
+static void log_soft_max_f16_short(const opgen_lines_call *call, int64_t opgen_first, double (*opgen_values)[OPGEN_LINES_MAX_VALUES + 1],
+                                   int opgen_blocks)
+{
+    switch (opgen_blocks) {
+    case 1:
+        log_soft_max_f16_short_of(call, opgen_first, opgen_values, 1);
+        break;
+    case 2:
+        log_soft_max_f16_short_of(call, opgen_first, opgen_values, 2);
+        break;
+    case 3:
+        log_soft_max_f16_short_of(call, opgen_first, opgen_values, 3);
+        break;
+    case 4:
+        log_soft_max_f16_short_of(call, opgen_first, opgen_values, 4);
+        break;
+    default:
+        break;
+    }
+}
+#endif
 
 /* contiguous lines [opgen_from, opgen_to): groups of lines, each pass over every line of a group before
  * the next, the microkernels inlined (opgen_lines.h: lines) */
@@ -1258,9 +1702,18 @@ static OPGEN_FLATTEN void log_soft_max_f16_lines(const opgen_lines_call *opgen_c
 {
     const int opgen_group = opgen_lines_group(opgen_call->length);
     (void)opgen_across;
+#if OPGEN_LINES_SHORT
+    const int opgen_short = opgen_call->stream ? 0 : opgen_lines_short(opgen_call->length);
+#endif
     for (int64_t opgen_first = opgen_from; opgen_first < opgen_to; opgen_first += opgen_group) {
         const int opgen_lines = opgen_to - opgen_first < opgen_group ? (int)(opgen_to - opgen_first) : opgen_group;
         double opgen_values[OPGEN_LINES_GROUP][OPGEN_LINES_MAX_VALUES + 1];
+#if OPGEN_LINES_SHORT
+        if (opgen_short > 0 && opgen_lines == OPGEN_LINES_GROUP) {
+            log_soft_max_f16_short(opgen_call, opgen_first, opgen_values, opgen_short);
+            continue;
+        }
+#endif
         for (int opgen_at = 0; opgen_at < opgen_lines; ++opgen_at) {
             log_soft_max_f16_reduce_1(opgen_call, opgen_first + opgen_at, opgen_values[opgen_at]);
         }

@@ -328,6 +328,134 @@ static void log_soft_max_backward_f32_apply_columns(const opgen_lines_call *call
         log_soft_max_backward_f32_apply_columns_of(call, outer_index, position, lanes, values, opgen_across, 0);
     }
 }
+#if OPGEN_LINES_SHORT
+
+/* OPGEN_LINES_GROUP contiguous lines of at most `opgen_blocks` blocks each, held in registers:
+ * each step over every line of the group before the next, so that the lines' chains of
+ * latencies (a block's terms, the fold, the values after it) overlap. The operations of the
+ * microkernels above in their order, lines padded to whole blocks whose lanes past `length`
+ * count for nothing: the same bits. `opgen_blocks` a constant in each caller (_short); the
+ * outputs in cache (streamed groups take the microkernels above). */
+OPGEN_MICROKERNEL void log_soft_max_backward_f32_short_of(const opgen_lines_call *call, int64_t opgen_first,
+                                                      double (*opgen_values)[OPGEN_LINES_MAX_VALUES + 1], int opgen_blocks)
+{
+    const int64_t length = call->length;
+    int opgen_filled[OPGEN_LINES_SHORT_BLOCKS]; /* each block's lanes in the line */
+    OPGEN_UNROLLED
+    for (int opgen_block = 0; opgen_block < OPGEN_LINES_SHORT_BLOCKS; ++opgen_block) {
+        const int64_t opgen_left = length - OPGEN_BLOCK * opgen_block;
+        opgen_filled[opgen_block] = opgen_left <= 0 ? 0 : opgen_left < OPGEN_BLOCK ? (int)opgen_left : OPGEN_BLOCK;
+    }
+    float diff_dst_blocks[OPGEN_LINES_GROUP][OPGEN_LINES_SHORT_BLOCKS][OPGEN_BLOCK];
+    OPGEN_UNROLLED
+    for (int opgen_line = 0; opgen_line < OPGEN_LINES_GROUP; ++opgen_line) {
+        const float *diff_dst = (const float *)call->tensors[0] + (opgen_first + opgen_line) * length;
+        OPGEN_UNROLLED
+        for (int opgen_block = 0; opgen_block < opgen_blocks; ++opgen_block) {
+            opgen_load_part_f32(diff_dst_blocks[opgen_line][opgen_block], diff_dst + OPGEN_BLOCK * opgen_block, opgen_filled[opgen_block]);
+        }
+    }
+    float dst_blocks[OPGEN_LINES_GROUP][OPGEN_LINES_SHORT_BLOCKS][OPGEN_BLOCK];
+    OPGEN_UNROLLED
+    for (int opgen_line = 0; opgen_line < OPGEN_LINES_GROUP; ++opgen_line) {
+        const float *dst = (const float *)call->tensors[1] + (opgen_first + opgen_line) * length;
+        OPGEN_UNROLLED
+        for (int opgen_block = 0; opgen_block < opgen_blocks; ++opgen_block) {
+            opgen_load_part_f32(dst_blocks[opgen_line][opgen_block], dst + OPGEN_BLOCK * opgen_block, opgen_filled[opgen_block]);
+        }
+    }
+    /* pass 1 */
+    OPGEN_UNROLLED
+    for (int opgen_line = 0; opgen_line < OPGEN_LINES_GROUP; ++opgen_line) {
+        double *const values = opgen_values[opgen_line];
+        const double count = (double)call->count;
+        (void)count;
+        double sum_diff_dst_lanes[OPGEN_BLOCK];
+        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+            sum_diff_dst_lanes[lane] = (double)-0.0;
+        }
+        OPGEN_UNROLLED
+        for (int opgen_block = 0; opgen_block < opgen_blocks; ++opgen_block) {
+            const int filled = opgen_filled[opgen_block];
+            const float *const diff_dst_block = diff_dst_blocks[opgen_line][opgen_block];
+            OPGEN_SIMD_FLOAT
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                const double diff_dst_value = (double)diff_dst_block[lane];
+                const double sum_diff_dst_term = diff_dst_value;
+                sum_diff_dst_lanes[lane] = lane < filled ? sum_diff_dst_lanes[lane] + (double)sum_diff_dst_term : sum_diff_dst_lanes[lane];
+            }
+        }
+        OPGEN_UNROLLED
+        for (int opgen_width = OPGEN_BLOCK / 2; opgen_width > 0; opgen_width /= 2) {
+            for (int lane = 0; lane < opgen_width; ++lane) {
+                const double sum_diff_dst_term = sum_diff_dst_lanes[lane + opgen_width];
+                sum_diff_dst_lanes[lane] = sum_diff_dst_lanes[lane] + (double)sum_diff_dst_term;
+            }
+        }
+        values[0] = (double)(sum_diff_dst_lanes[0] + 0.0);
+    }
+    /* the elements */
+    OPGEN_UNROLLED
+    for (int opgen_line = 0; opgen_line < OPGEN_LINES_GROUP; ++opgen_line) {
+        double *const values = opgen_values[opgen_line];
+        float *diff_src = (float *)call->tensors[2] + (opgen_first + opgen_line) * length;
+        const double count = (double)call->count;
+        (void)count;
+        const double sum_diff_dst_line = (double)values[0];
+        OPGEN_UNROLLED
+        for (int opgen_block = 0; opgen_block < opgen_blocks; ++opgen_block) {
+            const int filled = opgen_filled[opgen_block];
+            const float *const diff_dst_block = diff_dst_blocks[opgen_line][opgen_block];
+            const float *const dst_block = dst_blocks[opgen_line][opgen_block];
+            float diff_src_block[OPGEN_BLOCK];
+        if (opgen_all_nonpositive(dst_block)) {
+                OPGEN_SIMD_FLOAT
+                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    const double diff_dst_value = (double)diff_dst_block[lane];
+                    const double dst_value = (double)dst_block[lane];
+                    const double diff_src_value = (diff_dst_value - (opgen_exp_nonpositive(dst_value) * sum_diff_dst_line));
+                    diff_src_block[lane] = (float)diff_src_value;
+                }
+        } else {
+                OPGEN_SIMD_FLOAT
+                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    const double diff_dst_value = (double)diff_dst_block[lane];
+                    const double dst_value = (double)dst_block[lane];
+                    const double diff_src_value = (diff_dst_value - (opgen_exp(dst_value) * sum_diff_dst_line));
+                    diff_src_block[lane] = (float)diff_src_value;
+                }
+        }
+            if (filled == OPGEN_BLOCK) {
+                opgen_store_block_f32(diff_src + OPGEN_BLOCK * opgen_block, diff_src_block, 0);
+            } else {
+                opgen_store_part_f32(diff_src + OPGEN_BLOCK * opgen_block, diff_src_block, filled, 0);
+            }
+        }
+    }
+}
+
+/* OPGEN_LINES_GROUP lines of `blocks` blocks at most, 1 to OPGEN_LINES_SHORT_BLOCKS */
+static void log_soft_max_backward_f32_short(const opgen_lines_call *call, int64_t opgen_first, double (*opgen_values)[OPGEN_LINES_MAX_VALUES + 1],
+                                            int opgen_blocks)
+{
+    switch (opgen_blocks) {
+    case 1:
+        log_soft_max_backward_f32_short_of(call, opgen_first, opgen_values, 1);
+        break;
+    case 2:
+        log_soft_max_backward_f32_short_of(call, opgen_first, opgen_values, 2);
+        break;
+    case 3:
+        log_soft_max_backward_f32_short_of(call, opgen_first, opgen_values, 3);
+        break;
+    case 4:
+        log_soft_max_backward_f32_short_of(call, opgen_first, opgen_values, 4);
+        break;
+    default:
+        break;
+    }
+}
+#endif
 
 /* contiguous lines [opgen_from, opgen_to): groups of lines, each pass over every line of a group before
  * the next, the microkernels inlined (opgen_lines.h: lines) */
@@ -336,9 +464,18 @@ static OPGEN_FLATTEN void log_soft_max_backward_f32_lines(const opgen_lines_call
 {
     const int opgen_group = opgen_lines_group(opgen_call->length);
     (void)opgen_across;
+#if OPGEN_LINES_SHORT
+    const int opgen_short = opgen_call->stream ? 0 : opgen_lines_short(opgen_call->length);
+#endif
     for (int64_t opgen_first = opgen_from; opgen_first < opgen_to; opgen_first += opgen_group) {
         const int opgen_lines = opgen_to - opgen_first < opgen_group ? (int)(opgen_to - opgen_first) : opgen_group;
         double opgen_values[OPGEN_LINES_GROUP][OPGEN_LINES_MAX_VALUES + 1];
+#if OPGEN_LINES_SHORT
+        if (opgen_short > 0 && opgen_lines == OPGEN_LINES_GROUP) {
+            log_soft_max_backward_f32_short(opgen_call, opgen_first, opgen_values, opgen_short);
+            continue;
+        }
+#endif
         for (int opgen_at = 0; opgen_at < opgen_lines; ++opgen_at) {
             log_soft_max_backward_f32_reduce_1(opgen_call, opgen_first + opgen_at, opgen_values[opgen_at]);
         }
@@ -692,6 +829,134 @@ static void log_soft_max_backward_bf16_apply_columns(const opgen_lines_call *cal
         log_soft_max_backward_bf16_apply_columns_of(call, outer_index, position, lanes, values, opgen_across, 0);
     }
 }
+#if OPGEN_LINES_SHORT
+
+/* OPGEN_LINES_GROUP contiguous lines of at most `opgen_blocks` blocks each, held in registers:
+ * each step over every line of the group before the next, so that the lines' chains of
+ * latencies (a block's terms, the fold, the values after it) overlap. The operations of the
+ * microkernels above in their order, lines padded to whole blocks whose lanes past `length`
+ * count for nothing: the same bits. `opgen_blocks` a constant in each caller (_short); the
+ * outputs in cache (streamed groups take the microkernels above). */
+OPGEN_MICROKERNEL void log_soft_max_backward_bf16_short_of(const opgen_lines_call *call, int64_t opgen_first,
+                                                       double (*opgen_values)[OPGEN_LINES_MAX_VALUES + 1], int opgen_blocks)
+{
+    const int64_t length = call->length;
+    int opgen_filled[OPGEN_LINES_SHORT_BLOCKS]; /* each block's lanes in the line */
+    OPGEN_UNROLLED
+    for (int opgen_block = 0; opgen_block < OPGEN_LINES_SHORT_BLOCKS; ++opgen_block) {
+        const int64_t opgen_left = length - OPGEN_BLOCK * opgen_block;
+        opgen_filled[opgen_block] = opgen_left <= 0 ? 0 : opgen_left < OPGEN_BLOCK ? (int)opgen_left : OPGEN_BLOCK;
+    }
+    float diff_dst_blocks[OPGEN_LINES_GROUP][OPGEN_LINES_SHORT_BLOCKS][OPGEN_BLOCK];
+    OPGEN_UNROLLED
+    for (int opgen_line = 0; opgen_line < OPGEN_LINES_GROUP; ++opgen_line) {
+        const opgen_bf16 *diff_dst = (const opgen_bf16 *)call->tensors[0] + (opgen_first + opgen_line) * length;
+        OPGEN_UNROLLED
+        for (int opgen_block = 0; opgen_block < opgen_blocks; ++opgen_block) {
+            opgen_load_part_bf16(diff_dst_blocks[opgen_line][opgen_block], diff_dst + OPGEN_BLOCK * opgen_block, opgen_filled[opgen_block]);
+        }
+    }
+    float dst_blocks[OPGEN_LINES_GROUP][OPGEN_LINES_SHORT_BLOCKS][OPGEN_BLOCK];
+    OPGEN_UNROLLED
+    for (int opgen_line = 0; opgen_line < OPGEN_LINES_GROUP; ++opgen_line) {
+        const opgen_bf16 *dst = (const opgen_bf16 *)call->tensors[1] + (opgen_first + opgen_line) * length;
+        OPGEN_UNROLLED
+        for (int opgen_block = 0; opgen_block < opgen_blocks; ++opgen_block) {
+            opgen_load_part_bf16(dst_blocks[opgen_line][opgen_block], dst + OPGEN_BLOCK * opgen_block, opgen_filled[opgen_block]);
+        }
+    }
+    /* pass 1 */
+    OPGEN_UNROLLED
+    for (int opgen_line = 0; opgen_line < OPGEN_LINES_GROUP; ++opgen_line) {
+        double *const values = opgen_values[opgen_line];
+        const double count = (double)call->count;
+        (void)count;
+        double sum_diff_dst_lanes[OPGEN_BLOCK];
+        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+            sum_diff_dst_lanes[lane] = (double)-0.0;
+        }
+        OPGEN_UNROLLED
+        for (int opgen_block = 0; opgen_block < opgen_blocks; ++opgen_block) {
+            const int filled = opgen_filled[opgen_block];
+            const float *const diff_dst_block = diff_dst_blocks[opgen_line][opgen_block];
+            OPGEN_SIMD_FLOAT
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                const double diff_dst_value = (double)diff_dst_block[lane];
+                const double sum_diff_dst_term = diff_dst_value;
+                sum_diff_dst_lanes[lane] = lane < filled ? sum_diff_dst_lanes[lane] + (double)sum_diff_dst_term : sum_diff_dst_lanes[lane];
+            }
+        }
+        OPGEN_UNROLLED
+        for (int opgen_width = OPGEN_BLOCK / 2; opgen_width > 0; opgen_width /= 2) {
+            for (int lane = 0; lane < opgen_width; ++lane) {
+                const double sum_diff_dst_term = sum_diff_dst_lanes[lane + opgen_width];
+                sum_diff_dst_lanes[lane] = sum_diff_dst_lanes[lane] + (double)sum_diff_dst_term;
+            }
+        }
+        values[0] = (double)(sum_diff_dst_lanes[0] + 0.0);
+    }
+    /* the elements */
+    OPGEN_UNROLLED
+    for (int opgen_line = 0; opgen_line < OPGEN_LINES_GROUP; ++opgen_line) {
+        double *const values = opgen_values[opgen_line];
+        opgen_bf16 *diff_src = (opgen_bf16 *)call->tensors[2] + (opgen_first + opgen_line) * length;
+        const double count = (double)call->count;
+        (void)count;
+        const double sum_diff_dst_line = (double)values[0];
+        OPGEN_UNROLLED
+        for (int opgen_block = 0; opgen_block < opgen_blocks; ++opgen_block) {
+            const int filled = opgen_filled[opgen_block];
+            const float *const diff_dst_block = diff_dst_blocks[opgen_line][opgen_block];
+            const float *const dst_block = dst_blocks[opgen_line][opgen_block];
+            float diff_src_block[OPGEN_BLOCK];
+        if (opgen_all_nonpositive(dst_block)) {
+                OPGEN_SIMD_FLOAT
+                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    const double diff_dst_value = (double)diff_dst_block[lane];
+                    const double dst_value = (double)dst_block[lane];
+                    const double diff_src_value = (diff_dst_value - (opgen_exp_nonpositive(dst_value) * sum_diff_dst_line));
+                    diff_src_block[lane] = (float)diff_src_value;
+                }
+        } else {
+                OPGEN_SIMD_FLOAT
+                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    const double diff_dst_value = (double)diff_dst_block[lane];
+                    const double dst_value = (double)dst_block[lane];
+                    const double diff_src_value = (diff_dst_value - (opgen_exp(dst_value) * sum_diff_dst_line));
+                    diff_src_block[lane] = (float)diff_src_value;
+                }
+        }
+            if (filled == OPGEN_BLOCK) {
+                opgen_store_block_bf16(diff_src + OPGEN_BLOCK * opgen_block, diff_src_block, 0);
+            } else {
+                opgen_store_part_bf16(diff_src + OPGEN_BLOCK * opgen_block, diff_src_block, filled, 0);
+            }
+        }
+    }
+}
+
+/* OPGEN_LINES_GROUP lines of `blocks` blocks at most, 1 to OPGEN_LINES_SHORT_BLOCKS */
+static void log_soft_max_backward_bf16_short(const opgen_lines_call *call, int64_t opgen_first, double (*opgen_values)[OPGEN_LINES_MAX_VALUES + 1],
+                                             int opgen_blocks)
+{
+    switch (opgen_blocks) {
+    case 1:
+        log_soft_max_backward_bf16_short_of(call, opgen_first, opgen_values, 1);
+        break;
+    case 2:
+        log_soft_max_backward_bf16_short_of(call, opgen_first, opgen_values, 2);
+        break;
+    case 3:
+        log_soft_max_backward_bf16_short_of(call, opgen_first, opgen_values, 3);
+        break;
+    case 4:
+        log_soft_max_backward_bf16_short_of(call, opgen_first, opgen_values, 4);
+        break;
+    default:
+        break;
+    }
+}
+#endif
 
 /* contiguous lines [opgen_from, opgen_to): groups of lines, each pass over every line of a group before
  * the next, the microkernels inlined (opgen_lines.h: lines) */
@@ -700,9 +965,18 @@ static OPGEN_FLATTEN void log_soft_max_backward_bf16_lines(const opgen_lines_cal
 {
     const int opgen_group = opgen_lines_group(opgen_call->length);
     (void)opgen_across;
+#if OPGEN_LINES_SHORT
+    const int opgen_short = opgen_call->stream ? 0 : opgen_lines_short(opgen_call->length);
+#endif
     for (int64_t opgen_first = opgen_from; opgen_first < opgen_to; opgen_first += opgen_group) {
         const int opgen_lines = opgen_to - opgen_first < opgen_group ? (int)(opgen_to - opgen_first) : opgen_group;
         double opgen_values[OPGEN_LINES_GROUP][OPGEN_LINES_MAX_VALUES + 1];
+#if OPGEN_LINES_SHORT
+        if (opgen_short > 0 && opgen_lines == OPGEN_LINES_GROUP) {
+            log_soft_max_backward_bf16_short(opgen_call, opgen_first, opgen_values, opgen_short);
+            continue;
+        }
+#endif
         for (int opgen_at = 0; opgen_at < opgen_lines; ++opgen_at) {
             log_soft_max_backward_bf16_reduce_1(opgen_call, opgen_first + opgen_at, opgen_values[opgen_at]);
         }
@@ -1056,6 +1330,134 @@ static void log_soft_max_backward_f16_apply_columns(const opgen_lines_call *call
         log_soft_max_backward_f16_apply_columns_of(call, outer_index, position, lanes, values, opgen_across, 0);
     }
 }
+#if OPGEN_LINES_SHORT
+
+/* OPGEN_LINES_GROUP contiguous lines of at most `opgen_blocks` blocks each, held in registers:
+ * each step over every line of the group before the next, so that the lines' chains of
+ * latencies (a block's terms, the fold, the values after it) overlap. The operations of the
+ * microkernels above in their order, lines padded to whole blocks whose lanes past `length`
+ * count for nothing: the same bits. `opgen_blocks` a constant in each caller (_short); the
+ * outputs in cache (streamed groups take the microkernels above). */
+OPGEN_MICROKERNEL void log_soft_max_backward_f16_short_of(const opgen_lines_call *call, int64_t opgen_first,
+                                                      double (*opgen_values)[OPGEN_LINES_MAX_VALUES + 1], int opgen_blocks)
+{
+    const int64_t length = call->length;
+    int opgen_filled[OPGEN_LINES_SHORT_BLOCKS]; /* each block's lanes in the line */
+    OPGEN_UNROLLED
+    for (int opgen_block = 0; opgen_block < OPGEN_LINES_SHORT_BLOCKS; ++opgen_block) {
+        const int64_t opgen_left = length - OPGEN_BLOCK * opgen_block;
+        opgen_filled[opgen_block] = opgen_left <= 0 ? 0 : opgen_left < OPGEN_BLOCK ? (int)opgen_left : OPGEN_BLOCK;
+    }
+    float diff_dst_blocks[OPGEN_LINES_GROUP][OPGEN_LINES_SHORT_BLOCKS][OPGEN_BLOCK];
+    OPGEN_UNROLLED
+    for (int opgen_line = 0; opgen_line < OPGEN_LINES_GROUP; ++opgen_line) {
+        const opgen_f16 *diff_dst = (const opgen_f16 *)call->tensors[0] + (opgen_first + opgen_line) * length;
+        OPGEN_UNROLLED
+        for (int opgen_block = 0; opgen_block < opgen_blocks; ++opgen_block) {
+            opgen_load_part_f16(diff_dst_blocks[opgen_line][opgen_block], diff_dst + OPGEN_BLOCK * opgen_block, opgen_filled[opgen_block]);
+        }
+    }
+    float dst_blocks[OPGEN_LINES_GROUP][OPGEN_LINES_SHORT_BLOCKS][OPGEN_BLOCK];
+    OPGEN_UNROLLED
+    for (int opgen_line = 0; opgen_line < OPGEN_LINES_GROUP; ++opgen_line) {
+        const opgen_f16 *dst = (const opgen_f16 *)call->tensors[1] + (opgen_first + opgen_line) * length;
+        OPGEN_UNROLLED
+        for (int opgen_block = 0; opgen_block < opgen_blocks; ++opgen_block) {
+            opgen_load_part_f16(dst_blocks[opgen_line][opgen_block], dst + OPGEN_BLOCK * opgen_block, opgen_filled[opgen_block]);
+        }
+    }
+    /* pass 1 */
+    OPGEN_UNROLLED
+    for (int opgen_line = 0; opgen_line < OPGEN_LINES_GROUP; ++opgen_line) {
+        double *const values = opgen_values[opgen_line];
+        const float count = (float)call->count;
+        (void)count;
+        double sum_diff_dst_lanes[OPGEN_BLOCK];
+        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+            sum_diff_dst_lanes[lane] = (double)-0.0;
+        }
+        OPGEN_UNROLLED
+        for (int opgen_block = 0; opgen_block < opgen_blocks; ++opgen_block) {
+            const int filled = opgen_filled[opgen_block];
+            const float *const diff_dst_block = diff_dst_blocks[opgen_line][opgen_block];
+            OPGEN_SIMD_FLOAT
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                const float diff_dst_value = (float)diff_dst_block[lane];
+                const float sum_diff_dst_term = diff_dst_value;
+                sum_diff_dst_lanes[lane] = lane < filled ? sum_diff_dst_lanes[lane] + (double)sum_diff_dst_term : sum_diff_dst_lanes[lane];
+            }
+        }
+        OPGEN_UNROLLED
+        for (int opgen_width = OPGEN_BLOCK / 2; opgen_width > 0; opgen_width /= 2) {
+            for (int lane = 0; lane < opgen_width; ++lane) {
+                const double sum_diff_dst_term = sum_diff_dst_lanes[lane + opgen_width];
+                sum_diff_dst_lanes[lane] = sum_diff_dst_lanes[lane] + (double)sum_diff_dst_term;
+            }
+        }
+        values[0] = (double)(sum_diff_dst_lanes[0] + 0.0);
+    }
+    /* the elements */
+    OPGEN_UNROLLED
+    for (int opgen_line = 0; opgen_line < OPGEN_LINES_GROUP; ++opgen_line) {
+        double *const values = opgen_values[opgen_line];
+        opgen_f16 *diff_src = (opgen_f16 *)call->tensors[2] + (opgen_first + opgen_line) * length;
+        const float count = (float)call->count;
+        (void)count;
+        const float sum_diff_dst_line = (float)values[0];
+        OPGEN_UNROLLED
+        for (int opgen_block = 0; opgen_block < opgen_blocks; ++opgen_block) {
+            const int filled = opgen_filled[opgen_block];
+            const float *const diff_dst_block = diff_dst_blocks[opgen_line][opgen_block];
+            const float *const dst_block = dst_blocks[opgen_line][opgen_block];
+            float diff_src_block[OPGEN_BLOCK];
+        if (opgen_all_nonpositive(dst_block)) {
+                OPGEN_SIMD_FLOAT
+                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    const float diff_dst_value = (float)diff_dst_block[lane];
+                    const float dst_value = (float)dst_block[lane];
+                    const float diff_src_value = (diff_dst_value - (opgen_exp_nonpositivef(dst_value) * sum_diff_dst_line));
+                    diff_src_block[lane] = (float)diff_src_value;
+                }
+        } else {
+                OPGEN_SIMD_FLOAT
+                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    const float diff_dst_value = (float)diff_dst_block[lane];
+                    const float dst_value = (float)dst_block[lane];
+                    const float diff_src_value = (diff_dst_value - (opgen_expf(dst_value) * sum_diff_dst_line));
+                    diff_src_block[lane] = (float)diff_src_value;
+                }
+        }
+            if (filled == OPGEN_BLOCK) {
+                opgen_store_block_f16(diff_src + OPGEN_BLOCK * opgen_block, diff_src_block, 0);
+            } else {
+                opgen_store_part_f16(diff_src + OPGEN_BLOCK * opgen_block, diff_src_block, filled, 0);
+            }
+        }
+    }
+}
+
+/* OPGEN_LINES_GROUP lines of `blocks` blocks at most, 1 to OPGEN_LINES_SHORT_BLOCKS */
+static void log_soft_max_backward_f16_short(const opgen_lines_call *call, int64_t opgen_first, double (*opgen_values)[OPGEN_LINES_MAX_VALUES + 1],
+                                            int opgen_blocks)
+{
+    switch (opgen_blocks) {
+    case 1:
+        log_soft_max_backward_f16_short_of(call, opgen_first, opgen_values, 1);
+        break;
+    case 2:
+        log_soft_max_backward_f16_short_of(call, opgen_first, opgen_values, 2);
+        break;
+    case 3:
+        log_soft_max_backward_f16_short_of(call, opgen_first, opgen_values, 3);
+        break;
+    case 4:
+        log_soft_max_backward_f16_short_of(call, opgen_first, opgen_values, 4);
+        break;
+    default:
+        break;
+    }
+}
+#endif
 
 /* contiguous lines [opgen_from, opgen_to): groups of lines, each pass over every line of a group before
  * the next, the microkernels inlined (opgen_lines.h: lines) */
@@ -1064,9 +1466,18 @@ static OPGEN_FLATTEN void log_soft_max_backward_f16_lines(const opgen_lines_call
 {
     const int opgen_group = opgen_lines_group(opgen_call->length);
     (void)opgen_across;
+#if OPGEN_LINES_SHORT
+    const int opgen_short = opgen_call->stream ? 0 : opgen_lines_short(opgen_call->length);
+#endif
     for (int64_t opgen_first = opgen_from; opgen_first < opgen_to; opgen_first += opgen_group) {
         const int opgen_lines = opgen_to - opgen_first < opgen_group ? (int)(opgen_to - opgen_first) : opgen_group;
         double opgen_values[OPGEN_LINES_GROUP][OPGEN_LINES_MAX_VALUES + 1];
+#if OPGEN_LINES_SHORT
+        if (opgen_short > 0 && opgen_lines == OPGEN_LINES_GROUP) {
+            log_soft_max_backward_f16_short(opgen_call, opgen_first, opgen_values, opgen_short);
+            continue;
+        }
+#endif
         for (int opgen_at = 0; opgen_at < opgen_lines; ++opgen_at) {
             log_soft_max_backward_f16_reduce_1(opgen_call, opgen_first + opgen_at, opgen_values[opgen_at]);
         }

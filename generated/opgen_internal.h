@@ -145,6 +145,12 @@
  * at most this many, and as many as make OPGEN_LINES_GROUP_ELEMENTS elements. */
 #define OPGEN_LINES_GROUP 4
 #define OPGEN_LINES_GROUP_ELEMENTS ((int64_t)256)
+/* A group of lines of at most this many blocks runs in registers, one step over every line
+ * of the group before the next (plan.LINES_SHORT_BLOCKS): with AVX-512 alone, whose 32 vector
+ * registers hold a group's blocks (16 would spill them; compiled for them too, the kernels took
+ * 15-30 times as long to compile). */
+#define OPGEN_LINES_SHORT_BLOCKS 4
+#define OPGEN_LINES_SHORT OPGEN_USE_AVX512F
 /* binary: elements of the longest run one microkernel call computes: long rows are split into
  * such pieces so that threads share them out even when there are few rows (a multiple of
  * OPGEN_BLOCK: only a row's last piece has a partial block). */

@@ -149,6 +149,21 @@ class LinesKernel:
     # time); other blocks compute Element.c
     nonpositive_checks: tuple[Operand, ...] = ()
 
+    @property
+    def short_lines(self) -> bool:
+        """Whether groups of short contiguous lines run in the form that holds them in registers
+        (along_axes.c.j2: _short): a kernel with tensor outputs, no sums across lines and no
+        reduction combined across blocks of axes."""
+        has_tensor_outputs = any(o.kind == "tensor" for o in self.outputs)
+        return has_tensor_outputs and not self.across and self.combined is None
+
+    @property
+    def line_inputs(self) -> tuple[Operand, ...]:
+        """The inputs any pass or either form of the element pass reads, in the inputs' order."""
+        read = {o.name for p in self.passes for o in p.reads}
+        read |= {o.name for o in self.element_reads + self.scratch_reads}
+        return tuple(o for o in self.inputs if o.name in read)
+
 
 def _load(dtype: DType, compute: str) -> str:
     text = dtype.load

@@ -71,6 +71,9 @@ LINES_WIDE_VALUES = 2048
 # LayerNorm's lines of 1024 one at a time (4 took 1.1x the time); docs/performance-changes.md.
 LINES_GROUP = 4
 LINES_GROUP_ELEMENTS = 256
+# ... and the blocks of the longest line whose groups run held in registers (_short)
+LINES_SHORT_BLOCKS = 4
+assert LINES_GROUP * LINES_SHORT_BLOCKS * BLOCK <= LINES_GROUP_ELEMENTS, "a group of short lines is whole"
 # a group's lines keep their terms (bf16, f16 SoftMax) in parts of one scratch, whole blocks each
 assert LINES_GROUP * (LINES_GROUP_ELEMENTS // 2 + BLOCK) <= LINES_KEPT_TERMS, "a group's kept terms fit"
 # binary: elements of the longest run one microkernel call computes; long rows are cut into such

@@ -181,6 +181,7 @@ def _settings(table: DTypeTable, specs: list[OpSpec], label: str) -> dict[str, A
         "lines_wide_values": plan.LINES_WIDE_VALUES,
         "lines_group": plan.LINES_GROUP,
         "lines_group_elements": plan.LINES_GROUP_ELEMENTS,
+        "lines_short_blocks": plan.LINES_SHORT_BLOCKS,
         "binary_piece": plan.BINARY_PIECE,
         "unrolled": plan.UNROLLED,
         "channel_split": plan.CHANNEL_SPLIT,
@@ -263,7 +264,7 @@ def _source_files(
             described = [k.lines for k in described]
         elif spec.pattern == "binary":
             described = [k.binary for k in described]
-        files[f"{spec.name}.c"] = _render(env, f"{spec.pattern}.c.j2", op=spec.name, kernels=described)
+        files[f"{spec.name}.c"] = _render(env, f"{spec.pattern}.c.j2", op=spec.name, kernels=described, **settings)
         files[f"{spec.name}_api.c"] = _render(env, "api.c.j2", api=api)
         for target in compiled_targets:
             files[f"{spec.name}__{target['name']}.c"] = _render(env, "target.c.j2", op=spec.name, target=target)

@@ -267,6 +267,47 @@ def test_log_soft_max_backward_takes_the_same_exp_in_checked_and_unchecked_block
     assert np.isfinite(checked[:, 1:].astype(np.float64)).all()
 
 
+SHORT_LENGTHS = (1, 3, 7, 16, 17, 28, 31, 32, 33, 47, 48, 56, 63, 64, 65)
+
+
+@pytest.mark.parametrize("case", ROWS, ids=_row_id)
+def test_groups_of_short_lines_give_the_bits_of_lines_alone(case):
+    """Contiguous lines of up to plan.LINES_SHORT_BLOCKS blocks run LINES_GROUP at a time held in
+    registers (along_axes.c.j2: _short, with AVX-512), a line alone through the per-line
+    microkernels: each line of 9 (two groups and one left over), edge values among them, has
+    the bits it has alone (NaN where it is NaN), at lengths around each count of blocks."""
+    op, row = case
+    spec = ALONG[op]
+    axis_name = next(a.name for a in spec.attributes if a.type == "int")
+    function = getattr(opgen, op)
+    lines = 2 * plan.LINES_GROUP + 1
+    assert max(SHORT_LENGTHS) > plan.LINES_SHORT_BLOCKS * plan.BLOCK
+    with threads_set_to(1):  # one thread: whole groups
+        for length in SHORT_LENGTHS:
+            arrays = _inputs(op, (lines, length), row, -1, "all")
+            together = function(**arrays, **{axis_name: -1})
+            together = together if isinstance(together, tuple) else (together,)
+            for line in range(lines):
+                # a line's elements and its per-line inputs (kind line); along inputs whole
+                alone = function(
+                    **{n: a if spec.tensor(n).kind == "along" else a[line : line + 1] for n, a in arrays.items()},
+                    **{axis_name: -1},
+                )
+                alone = alone if isinstance(alone, tuple) else (alone,)
+                for tensor, group_values, line_values in zip(spec.outputs, together, alone):
+                    if tensor.kind == "along":  # sums across lines: of every line, not one
+                        continue
+                    # the same bits, or NaN in both (x86 gives a NaN of either sign as the
+                    # operands of an addition come)
+                    got, want = group_values[line : line + 1], line_values
+                    bits = f"u{got.itemsize}"
+                    nan = np.isnan(want.astype(np.float32))
+                    assert np.array_equal(np.isnan(got.astype(np.float32)), nan), f"{op} {row} {length}: {line}"
+                    assert np.array_equal(got[~nan].view(bits), want[~nan].view(bits)), (
+                        f"{op} {row} length {length}: line {line} of {tensor.name}"
+                    )
+
+
 @pytest.mark.parametrize("shape, axis", [((64, 4099), 1), ((97, 3001), 0), ((8, 300, 257), 1)])
 def test_the_same_bits_on_any_thread_count(shape, axis):
     """Each line is computed by one thread in a fixed order: sums do not depend on the threads."""

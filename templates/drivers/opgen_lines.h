@@ -154,4 +154,14 @@ static inline int opgen_lines_group(int64_t length)
     return group < 1 ? 1 : group > OPGEN_LINES_GROUP ? OPGEN_LINES_GROUP : (int)group;
 }
 
+/* The blocks of a line of `length` elements where a group of such lines runs in registers (the
+ * kernels' _short), else 0. */
+static inline int opgen_lines_short(int64_t length)
+{
+    if (length <= 0 || length > OPGEN_LINES_SHORT_BLOCKS * OPGEN_BLOCK) {
+        return 0;
+    }
+    return (int)((length + OPGEN_BLOCK - 1) / OPGEN_BLOCK);
+}
+
 #endif /* OPGEN_LINES_H */
