@@ -658,6 +658,8 @@ OPGEN_MICROKERNEL void layer_norm_f32_short_of(const opgen_lines_call *call, int
         (void)count;
         const double mean_line = (double)values[1];
         const double inv_std_line = (double)values[4];
+        (void)mean_line; /* where the terms kept make it unread */
+        (void)inv_std_line; /* where the terms kept make it unread */
         OPGEN_UNROLLED
         for (int opgen_block = 0; opgen_block < opgen_blocks; ++opgen_block) {
             const int filled = opgen_filled[opgen_block];
@@ -1384,6 +1386,8 @@ OPGEN_MICROKERNEL void layer_norm_bf16_f32_short_of(const opgen_lines_call *call
         (void)count;
         const double mean_line = (double)values[1];
         const double inv_std_line = (double)values[4];
+        (void)mean_line; /* where the terms kept make it unread */
+        (void)inv_std_line; /* where the terms kept make it unread */
         OPGEN_UNROLLED
         for (int opgen_block = 0; opgen_block < opgen_blocks; ++opgen_block) {
             const int filled = opgen_filled[opgen_block];
@@ -2110,6 +2114,8 @@ OPGEN_MICROKERNEL void layer_norm_bf16_short_of(const opgen_lines_call *call, in
         (void)count;
         const double mean_line = (double)values[1];
         const double inv_std_line = (double)values[4];
+        (void)mean_line; /* where the terms kept make it unread */
+        (void)inv_std_line; /* where the terms kept make it unread */
         OPGEN_UNROLLED
         for (int opgen_block = 0; opgen_block < opgen_blocks; ++opgen_block) {
             const int filled = opgen_filled[opgen_block];
@@ -2821,6 +2827,8 @@ OPGEN_MICROKERNEL void layer_norm_f16_f32_short_of(const opgen_lines_call *call,
         (void)count;
         const float mean_line = (float)values[1];
         const float inv_std_line = (float)values[4];
+        (void)mean_line; /* where the terms kept make it unread */
+        (void)inv_std_line; /* where the terms kept make it unread */
         OPGEN_UNROLLED
         for (int opgen_block = 0; opgen_block < opgen_blocks; ++opgen_block) {
             const int filled = opgen_filled[opgen_block];

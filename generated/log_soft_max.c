@@ -482,6 +482,8 @@ OPGEN_MICROKERNEL void log_soft_max_f32_short_of(const opgen_lines_call *call, i
         (void)count;
         const float max_src_line = (float)values[0];
         const float log_sum_line = (float)values[2];
+        (void)max_src_line; /* where the terms kept make it unread */
+        (void)log_sum_line; /* where the terms kept make it unread */
         OPGEN_UNROLLED
         for (int opgen_block = 0; opgen_block < opgen_blocks; ++opgen_block) {
             const int filled = opgen_filled[opgen_block];
@@ -1067,6 +1069,8 @@ OPGEN_MICROKERNEL void log_soft_max_bf16_short_of(const opgen_lines_call *call, 
         (void)count;
         const float max_src_line = (float)values[0];
         const float log_sum_line = (float)values[2];
+        (void)max_src_line; /* where the terms kept make it unread */
+        (void)log_sum_line; /* where the terms kept make it unread */
         OPGEN_UNROLLED
         for (int opgen_block = 0; opgen_block < opgen_blocks; ++opgen_block) {
             const int filled = opgen_filled[opgen_block];
@@ -1652,6 +1656,8 @@ OPGEN_MICROKERNEL void log_soft_max_f16_short_of(const opgen_lines_call *call, i
         (void)count;
         const float max_src_line = (float)values[0];
         const float log_sum_line = (float)values[2];
+        (void)max_src_line; /* where the terms kept make it unread */
+        (void)log_sum_line; /* where the terms kept make it unread */
         OPGEN_UNROLLED
         for (int opgen_block = 0; opgen_block < opgen_blocks; ++opgen_block) {
             const int filled = opgen_filled[opgen_block];

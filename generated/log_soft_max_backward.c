@@ -402,6 +402,7 @@ OPGEN_MICROKERNEL void log_soft_max_backward_f32_short_of(const opgen_lines_call
         const double count = (double)call->count;
         (void)count;
         const double sum_diff_dst_line = (double)values[0];
+        (void)sum_diff_dst_line; /* where the terms kept make it unread */
         OPGEN_UNROLLED
         for (int opgen_block = 0; opgen_block < opgen_blocks; ++opgen_block) {
             const int filled = opgen_filled[opgen_block];
@@ -903,6 +904,7 @@ OPGEN_MICROKERNEL void log_soft_max_backward_bf16_short_of(const opgen_lines_cal
         const double count = (double)call->count;
         (void)count;
         const double sum_diff_dst_line = (double)values[0];
+        (void)sum_diff_dst_line; /* where the terms kept make it unread */
         OPGEN_UNROLLED
         for (int opgen_block = 0; opgen_block < opgen_blocks; ++opgen_block) {
             const int filled = opgen_filled[opgen_block];
@@ -1404,6 +1406,7 @@ OPGEN_MICROKERNEL void log_soft_max_backward_f16_short_of(const opgen_lines_call
         const float count = (float)call->count;
         (void)count;
         const float sum_diff_dst_line = (float)values[0];
+        (void)sum_diff_dst_line; /* where the terms kept make it unread */
         OPGEN_UNROLLED
         for (int opgen_block = 0; opgen_block < opgen_blocks; ++opgen_block) {
             const int filled = opgen_filled[opgen_block];

@@ -492,6 +492,7 @@ OPGEN_MICROKERNEL void soft_max_f32_short_of(const opgen_lines_call *call, int64
         const float count = (float)call->count;
         (void)count;
         const float inv_sum_line = (float)values[2];
+        (void)inv_sum_line; /* where the terms kept make it unread */
         OPGEN_UNROLLED
         for (int opgen_block = 0; opgen_block < opgen_blocks; ++opgen_block) {
             const int filled = opgen_filled[opgen_block];
@@ -1121,6 +1122,8 @@ OPGEN_MICROKERNEL void soft_max_bf16_short_of(const opgen_lines_call *call, int6
         (void)count;
         const float max_src_line = (float)values[0];
         const float inv_sum_line = (float)values[2];
+        (void)max_src_line; /* where the terms kept make it unread */
+        (void)inv_sum_line; /* where the terms kept make it unread */
         OPGEN_UNROLLED
         for (int opgen_block = 0; opgen_block < opgen_blocks; ++opgen_block) {
             const int filled = opgen_filled[opgen_block];
@@ -1759,6 +1762,8 @@ OPGEN_MICROKERNEL void soft_max_f16_short_of(const opgen_lines_call *call, int64
         (void)count;
         const float max_src_line = (float)values[0];
         const float inv_sum_line = (float)values[2];
+        (void)max_src_line; /* where the terms kept make it unread */
+        (void)inv_sum_line; /* where the terms kept make it unread */
         OPGEN_UNROLLED
         for (int opgen_block = 0; opgen_block < opgen_blocks; ++opgen_block) {
             const int filled = opgen_filled[opgen_block];

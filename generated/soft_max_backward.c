@@ -388,6 +388,7 @@ OPGEN_MICROKERNEL void soft_max_backward_f32_short_of(const opgen_lines_call *ca
         const double count = (double)call->count;
         (void)count;
         const double dot_line = (double)values[0];
+        (void)dot_line; /* where the terms kept make it unread */
         OPGEN_UNROLLED
         for (int opgen_block = 0; opgen_block < opgen_blocks; ++opgen_block) {
             const int filled = opgen_filled[opgen_block];
@@ -845,6 +846,7 @@ OPGEN_MICROKERNEL void soft_max_backward_bf16_short_of(const opgen_lines_call *c
         const double count = (double)call->count;
         (void)count;
         const double dot_line = (double)values[0];
+        (void)dot_line; /* where the terms kept make it unread */
         OPGEN_UNROLLED
         for (int opgen_block = 0; opgen_block < opgen_blocks; ++opgen_block) {
             const int filled = opgen_filled[opgen_block];
@@ -1302,6 +1304,7 @@ OPGEN_MICROKERNEL void soft_max_backward_f16_short_of(const opgen_lines_call *ca
         const float count = (float)call->count;
         (void)count;
         const float dot_line = (float)values[0];
+        (void)dot_line; /* where the terms kept make it unread */
         OPGEN_UNROLLED
         for (int opgen_block = 0; opgen_block < opgen_blocks; ++opgen_block) {
             const int filled = opgen_filled[opgen_block];
