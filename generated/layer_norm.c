@@ -532,8 +532,10 @@ static void layer_norm_f32_widen(const opgen_lines_call *call, double *opgen_wid
  * count for nothing: the same bits. `opgen_blocks` a constant in each caller (_short); the
  * outputs in cache (streamed groups take the microkernels above). */
 OPGEN_MICROKERNEL void layer_norm_f32_short_of(const opgen_lines_call *call, int64_t opgen_first,
-                                           double (*opgen_values)[OPGEN_LINES_MAX_VALUES + 1], int opgen_blocks)
+                                           double (*opgen_values)[OPGEN_LINES_MAX_VALUES + 1], double *opgen_across,
+                                           int opgen_blocks)
 {
+    (void)opgen_across;
     const int64_t length = call->length;
     int opgen_filled[OPGEN_LINES_SHORT_BLOCKS]; /* each block's lanes in the line */
     OPGEN_UNROLLED
@@ -687,20 +689,20 @@ OPGEN_MICROKERNEL void layer_norm_f32_short_of(const opgen_lines_call *call, int
 
 /* OPGEN_LINES_GROUP lines of `blocks` blocks at most, 1 to OPGEN_LINES_SHORT_BLOCKS */
 static void layer_norm_f32_short(const opgen_lines_call *call, int64_t opgen_first, double (*opgen_values)[OPGEN_LINES_MAX_VALUES + 1],
-                                 int opgen_blocks)
+                                 double *opgen_across, int opgen_blocks)
 {
     switch (opgen_blocks) {
     case 1:
-        layer_norm_f32_short_of(call, opgen_first, opgen_values, 1);
+        layer_norm_f32_short_of(call, opgen_first, opgen_values, opgen_across, 1);
         break;
     case 2:
-        layer_norm_f32_short_of(call, opgen_first, opgen_values, 2);
+        layer_norm_f32_short_of(call, opgen_first, opgen_values, opgen_across, 2);
         break;
     case 3:
-        layer_norm_f32_short_of(call, opgen_first, opgen_values, 3);
+        layer_norm_f32_short_of(call, opgen_first, opgen_values, opgen_across, 3);
         break;
     case 4:
-        layer_norm_f32_short_of(call, opgen_first, opgen_values, 4);
+        layer_norm_f32_short_of(call, opgen_first, opgen_values, opgen_across, 4);
         break;
     default:
         break;
@@ -723,7 +725,7 @@ static OPGEN_FLATTEN void layer_norm_f32_lines(const opgen_lines_call *opgen_cal
         double opgen_values[OPGEN_LINES_GROUP][OPGEN_LINES_MAX_VALUES + 1];
 #if OPGEN_LINES_SHORT
         if (opgen_short > 0 && opgen_lines == OPGEN_LINES_GROUP) {
-            layer_norm_f32_short(opgen_call, opgen_first, opgen_values, opgen_short);
+            layer_norm_f32_short(opgen_call, opgen_first, opgen_values, opgen_across, opgen_short);
             continue;
         }
 #endif
@@ -1260,8 +1262,10 @@ static void layer_norm_bf16_f32_widen(const opgen_lines_call *call, double *opge
  * count for nothing: the same bits. `opgen_blocks` a constant in each caller (_short); the
  * outputs in cache (streamed groups take the microkernels above). */
 OPGEN_MICROKERNEL void layer_norm_bf16_f32_short_of(const opgen_lines_call *call, int64_t opgen_first,
-                                                double (*opgen_values)[OPGEN_LINES_MAX_VALUES + 1], int opgen_blocks)
+                                                double (*opgen_values)[OPGEN_LINES_MAX_VALUES + 1], double *opgen_across,
+                                                int opgen_blocks)
 {
+    (void)opgen_across;
     const int64_t length = call->length;
     int opgen_filled[OPGEN_LINES_SHORT_BLOCKS]; /* each block's lanes in the line */
     OPGEN_UNROLLED
@@ -1415,20 +1419,20 @@ OPGEN_MICROKERNEL void layer_norm_bf16_f32_short_of(const opgen_lines_call *call
 
 /* OPGEN_LINES_GROUP lines of `blocks` blocks at most, 1 to OPGEN_LINES_SHORT_BLOCKS */
 static void layer_norm_bf16_f32_short(const opgen_lines_call *call, int64_t opgen_first, double (*opgen_values)[OPGEN_LINES_MAX_VALUES + 1],
-                                      int opgen_blocks)
+                                      double *opgen_across, int opgen_blocks)
 {
     switch (opgen_blocks) {
     case 1:
-        layer_norm_bf16_f32_short_of(call, opgen_first, opgen_values, 1);
+        layer_norm_bf16_f32_short_of(call, opgen_first, opgen_values, opgen_across, 1);
         break;
     case 2:
-        layer_norm_bf16_f32_short_of(call, opgen_first, opgen_values, 2);
+        layer_norm_bf16_f32_short_of(call, opgen_first, opgen_values, opgen_across, 2);
         break;
     case 3:
-        layer_norm_bf16_f32_short_of(call, opgen_first, opgen_values, 3);
+        layer_norm_bf16_f32_short_of(call, opgen_first, opgen_values, opgen_across, 3);
         break;
     case 4:
-        layer_norm_bf16_f32_short_of(call, opgen_first, opgen_values, 4);
+        layer_norm_bf16_f32_short_of(call, opgen_first, opgen_values, opgen_across, 4);
         break;
     default:
         break;
@@ -1451,7 +1455,7 @@ static OPGEN_FLATTEN void layer_norm_bf16_f32_lines(const opgen_lines_call *opge
         double opgen_values[OPGEN_LINES_GROUP][OPGEN_LINES_MAX_VALUES + 1];
 #if OPGEN_LINES_SHORT
         if (opgen_short > 0 && opgen_lines == OPGEN_LINES_GROUP) {
-            layer_norm_bf16_f32_short(opgen_call, opgen_first, opgen_values, opgen_short);
+            layer_norm_bf16_f32_short(opgen_call, opgen_first, opgen_values, opgen_across, opgen_short);
             continue;
         }
 #endif
@@ -1988,8 +1992,10 @@ static void layer_norm_bf16_widen(const opgen_lines_call *call, double *opgen_wi
  * count for nothing: the same bits. `opgen_blocks` a constant in each caller (_short); the
  * outputs in cache (streamed groups take the microkernels above). */
 OPGEN_MICROKERNEL void layer_norm_bf16_short_of(const opgen_lines_call *call, int64_t opgen_first,
-                                            double (*opgen_values)[OPGEN_LINES_MAX_VALUES + 1], int opgen_blocks)
+                                            double (*opgen_values)[OPGEN_LINES_MAX_VALUES + 1], double *opgen_across,
+                                            int opgen_blocks)
 {
+    (void)opgen_across;
     const int64_t length = call->length;
     int opgen_filled[OPGEN_LINES_SHORT_BLOCKS]; /* each block's lanes in the line */
     OPGEN_UNROLLED
@@ -2143,20 +2149,20 @@ OPGEN_MICROKERNEL void layer_norm_bf16_short_of(const opgen_lines_call *call, in
 
 /* OPGEN_LINES_GROUP lines of `blocks` blocks at most, 1 to OPGEN_LINES_SHORT_BLOCKS */
 static void layer_norm_bf16_short(const opgen_lines_call *call, int64_t opgen_first, double (*opgen_values)[OPGEN_LINES_MAX_VALUES + 1],
-                                  int opgen_blocks)
+                                  double *opgen_across, int opgen_blocks)
 {
     switch (opgen_blocks) {
     case 1:
-        layer_norm_bf16_short_of(call, opgen_first, opgen_values, 1);
+        layer_norm_bf16_short_of(call, opgen_first, opgen_values, opgen_across, 1);
         break;
     case 2:
-        layer_norm_bf16_short_of(call, opgen_first, opgen_values, 2);
+        layer_norm_bf16_short_of(call, opgen_first, opgen_values, opgen_across, 2);
         break;
     case 3:
-        layer_norm_bf16_short_of(call, opgen_first, opgen_values, 3);
+        layer_norm_bf16_short_of(call, opgen_first, opgen_values, opgen_across, 3);
         break;
     case 4:
-        layer_norm_bf16_short_of(call, opgen_first, opgen_values, 4);
+        layer_norm_bf16_short_of(call, opgen_first, opgen_values, opgen_across, 4);
         break;
     default:
         break;
@@ -2179,7 +2185,7 @@ static OPGEN_FLATTEN void layer_norm_bf16_lines(const opgen_lines_call *opgen_ca
         double opgen_values[OPGEN_LINES_GROUP][OPGEN_LINES_MAX_VALUES + 1];
 #if OPGEN_LINES_SHORT
         if (opgen_short > 0 && opgen_lines == OPGEN_LINES_GROUP) {
-            layer_norm_bf16_short(opgen_call, opgen_first, opgen_values, opgen_short);
+            layer_norm_bf16_short(opgen_call, opgen_first, opgen_values, opgen_across, opgen_short);
             continue;
         }
 #endif
@@ -2701,8 +2707,10 @@ static void layer_norm_f16_f32_store(const opgen_lines_call *call, int64_t line,
  * count for nothing: the same bits. `opgen_blocks` a constant in each caller (_short); the
  * outputs in cache (streamed groups take the microkernels above). */
 OPGEN_MICROKERNEL void layer_norm_f16_f32_short_of(const opgen_lines_call *call, int64_t opgen_first,
-                                               double (*opgen_values)[OPGEN_LINES_MAX_VALUES + 1], int opgen_blocks)
+                                               double (*opgen_values)[OPGEN_LINES_MAX_VALUES + 1], double *opgen_across,
+                                               int opgen_blocks)
 {
+    (void)opgen_across;
     const int64_t length = call->length;
     int opgen_filled[OPGEN_LINES_SHORT_BLOCKS]; /* each block's lanes in the line */
     OPGEN_UNROLLED
@@ -2856,20 +2864,20 @@ OPGEN_MICROKERNEL void layer_norm_f16_f32_short_of(const opgen_lines_call *call,
 
 /* OPGEN_LINES_GROUP lines of `blocks` blocks at most, 1 to OPGEN_LINES_SHORT_BLOCKS */
 static void layer_norm_f16_f32_short(const opgen_lines_call *call, int64_t opgen_first, double (*opgen_values)[OPGEN_LINES_MAX_VALUES + 1],
-                                     int opgen_blocks)
+                                     double *opgen_across, int opgen_blocks)
 {
     switch (opgen_blocks) {
     case 1:
-        layer_norm_f16_f32_short_of(call, opgen_first, opgen_values, 1);
+        layer_norm_f16_f32_short_of(call, opgen_first, opgen_values, opgen_across, 1);
         break;
     case 2:
-        layer_norm_f16_f32_short_of(call, opgen_first, opgen_values, 2);
+        layer_norm_f16_f32_short_of(call, opgen_first, opgen_values, opgen_across, 2);
         break;
     case 3:
-        layer_norm_f16_f32_short_of(call, opgen_first, opgen_values, 3);
+        layer_norm_f16_f32_short_of(call, opgen_first, opgen_values, opgen_across, 3);
         break;
     case 4:
-        layer_norm_f16_f32_short_of(call, opgen_first, opgen_values, 4);
+        layer_norm_f16_f32_short_of(call, opgen_first, opgen_values, opgen_across, 4);
         break;
     default:
         break;
@@ -2892,7 +2900,7 @@ static OPGEN_FLATTEN void layer_norm_f16_f32_lines(const opgen_lines_call *opgen
         double opgen_values[OPGEN_LINES_GROUP][OPGEN_LINES_MAX_VALUES + 1];
 #if OPGEN_LINES_SHORT
         if (opgen_short > 0 && opgen_lines == OPGEN_LINES_GROUP) {
-            layer_norm_f16_f32_short(opgen_call, opgen_first, opgen_values, opgen_short);
+            layer_norm_f16_f32_short(opgen_call, opgen_first, opgen_values, opgen_across, opgen_short);
             continue;
         }
 #endif

@@ -496,6 +496,186 @@ static void layer_norm_backward_f32_store_across(const opgen_lines_call *call, c
         diff_beta[at] = (float)opgen_total;
     }
 }
+#if OPGEN_LINES_SHORT
+
+/* OPGEN_LINES_GROUP contiguous lines of at most `opgen_blocks` blocks each, held in registers:
+ * each step over every line of the group before the next, so that the lines' chains of
+ * latencies (a block's terms, the fold, the values after it) overlap. The operations of the
+ * microkernels above in their order, lines padded to whole blocks whose lanes past `length`
+ * count for nothing: the same bits. `opgen_blocks` a constant in each caller (_short); the
+ * outputs in cache (streamed groups take the microkernels above). */
+OPGEN_MICROKERNEL void layer_norm_backward_f32_short_of(const opgen_lines_call *call, int64_t opgen_first,
+                                                    double (*opgen_values)[OPGEN_LINES_MAX_VALUES + 1], double *opgen_across,
+                                                    int opgen_blocks)
+{
+    (void)opgen_across;
+    const int64_t length = call->length;
+    int opgen_filled[OPGEN_LINES_SHORT_BLOCKS]; /* each block's lanes in the line */
+    OPGEN_UNROLLED
+    for (int opgen_block = 0; opgen_block < OPGEN_LINES_SHORT_BLOCKS; ++opgen_block) {
+        const int64_t opgen_left = length - OPGEN_BLOCK * opgen_block;
+        opgen_filled[opgen_block] = opgen_left <= 0 ? 0 : opgen_left < OPGEN_BLOCK ? (int)opgen_left : OPGEN_BLOCK;
+    }
+    float src_blocks[OPGEN_LINES_GROUP][OPGEN_LINES_SHORT_BLOCKS][OPGEN_BLOCK];
+    OPGEN_UNROLLED
+    for (int opgen_line = 0; opgen_line < OPGEN_LINES_GROUP; ++opgen_line) {
+        const float *src = (const float *)call->tensors[0] + (opgen_first + opgen_line) * length;
+        OPGEN_UNROLLED
+        for (int opgen_block = 0; opgen_block < opgen_blocks; ++opgen_block) {
+            opgen_load_part_f32(src_blocks[opgen_line][opgen_block], src + OPGEN_BLOCK * opgen_block, opgen_filled[opgen_block]);
+        }
+    }
+    float diff_dst_blocks[OPGEN_LINES_GROUP][OPGEN_LINES_SHORT_BLOCKS][OPGEN_BLOCK];
+    OPGEN_UNROLLED
+    for (int opgen_line = 0; opgen_line < OPGEN_LINES_GROUP; ++opgen_line) {
+        const float *diff_dst = (const float *)call->tensors[1] + (opgen_first + opgen_line) * length;
+        OPGEN_UNROLLED
+        for (int opgen_block = 0; opgen_block < opgen_blocks; ++opgen_block) {
+            opgen_load_part_f32(diff_dst_blocks[opgen_line][opgen_block], diff_dst + OPGEN_BLOCK * opgen_block, opgen_filled[opgen_block]);
+        }
+    }
+    /* the same blocks for every line */
+    float gamma_blocks[OPGEN_LINES_SHORT_BLOCKS][OPGEN_BLOCK];
+    const float *gamma = (const float *)call->tensors[4];
+    OPGEN_UNROLLED
+    for (int opgen_block = 0; opgen_block < opgen_blocks; ++opgen_block) {
+        if (gamma == NULL) {
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                gamma_blocks[opgen_block][lane] = (float)1.0f;
+            }
+            continue;
+        }
+        opgen_load_part_f32(gamma_blocks[opgen_block], gamma + OPGEN_BLOCK * opgen_block, opgen_filled[opgen_block]);
+    }
+    for (int opgen_line = 0; opgen_line < OPGEN_LINES_GROUP; ++opgen_line) {
+        layer_norm_backward_f32_before(call, opgen_first + opgen_line, opgen_values[opgen_line]);
+    }
+    /* pass 1 */
+    OPGEN_UNROLLED
+    for (int opgen_line = 0; opgen_line < OPGEN_LINES_GROUP; ++opgen_line) {
+        double *const values = opgen_values[opgen_line];
+        const float epsilon = call->numbers[0];
+        (void)epsilon;
+        const float count = (float)call->count;
+        (void)count;
+        const float mean_line = (float)values[0];
+        double sum_g_lanes[OPGEN_BLOCK];
+        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+            sum_g_lanes[lane] = (double)-0.0;
+        }
+        double sum_g_centered_lanes[OPGEN_BLOCK];
+        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+            sum_g_centered_lanes[lane] = (double)-0.0;
+        }
+        OPGEN_UNROLLED
+        for (int opgen_block = 0; opgen_block < opgen_blocks; ++opgen_block) {
+            const int filled = opgen_filled[opgen_block];
+            const float *const src_block = src_blocks[opgen_line][opgen_block];
+            const float *const diff_dst_block = diff_dst_blocks[opgen_line][opgen_block];
+            const float *const gamma_block = gamma_blocks[opgen_block];
+            OPGEN_SIMD_FLOAT
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                const float src_value = (float)src_block[lane];
+                const float diff_dst_value = (float)diff_dst_block[lane];
+                const float gamma_value = (float)gamma_block[lane];
+                const float sum_g_term = (diff_dst_value * gamma_value);
+                sum_g_lanes[lane] = lane < filled ? sum_g_lanes[lane] + (double)sum_g_term : sum_g_lanes[lane];
+                const float sum_g_centered_term = ((diff_dst_value * gamma_value) * (src_value - mean_line));
+                sum_g_centered_lanes[lane] = lane < filled ? sum_g_centered_lanes[lane] + (double)sum_g_centered_term : sum_g_centered_lanes[lane];
+            }
+        }
+        OPGEN_UNROLLED
+        for (int opgen_width = OPGEN_BLOCK / 2; opgen_width > 0; opgen_width /= 2) {
+            for (int lane = 0; lane < opgen_width; ++lane) {
+                const double sum_g_term = sum_g_lanes[lane + opgen_width];
+                sum_g_lanes[lane] = sum_g_lanes[lane] + (double)sum_g_term;
+                const double sum_g_centered_term = sum_g_centered_lanes[lane + opgen_width];
+                sum_g_centered_lanes[lane] = sum_g_centered_lanes[lane] + (double)sum_g_centered_term;
+            }
+        }
+        values[3] = (double)(sum_g_lanes[0] + 0.0);
+        values[4] = (double)(sum_g_centered_lanes[0] + 0.0);
+    }
+    for (int opgen_line = 0; opgen_line < OPGEN_LINES_GROUP; ++opgen_line) {
+        layer_norm_backward_f32_after_1(call, opgen_first + opgen_line, opgen_values[opgen_line]);
+    }
+    /* the elements */
+    OPGEN_UNROLLED
+    for (int opgen_line = 0; opgen_line < OPGEN_LINES_GROUP; ++opgen_line) {
+        double *const values = opgen_values[opgen_line];
+        float *diff_src = (float *)call->tensors[5] + (opgen_first + opgen_line) * length;
+        const float epsilon = call->numbers[0];
+        (void)epsilon;
+        const float count = (float)call->count;
+        (void)count;
+        const float mean_line = (float)values[0];
+        const float inv_std_line = (float)values[2];
+        const float mean_g_line = (float)values[5];
+        const float centered_coefficient_line = (float)values[6];
+        (void)mean_line; /* where the terms kept make it unread */
+        (void)inv_std_line; /* where the terms kept make it unread */
+        (void)mean_g_line; /* where the terms kept make it unread */
+        (void)centered_coefficient_line; /* where the terms kept make it unread */
+        OPGEN_UNROLLED
+        for (int opgen_block = 0; opgen_block < opgen_blocks; ++opgen_block) {
+            const int filled = opgen_filled[opgen_block];
+            const float *const src_block = src_blocks[opgen_line][opgen_block];
+            const float *const diff_dst_block = diff_dst_blocks[opgen_line][opgen_block];
+            const float *const gamma_block = gamma_blocks[opgen_block];
+            float diff_src_block[OPGEN_BLOCK];
+            double diff_gamma_terms[OPGEN_BLOCK];
+            double diff_beta_terms[OPGEN_BLOCK];
+            OPGEN_SIMD_FLOAT
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                const float src_value = (float)src_block[lane];
+                const float diff_dst_value = (float)diff_dst_block[lane];
+                const float gamma_value = (float)gamma_block[lane];
+                const float diff_src_value = (inv_std_line * (((diff_dst_value * gamma_value) - mean_g_line) - ((src_value - mean_line) * centered_coefficient_line)));
+                diff_src_block[lane] = (float)diff_src_value;
+                diff_gamma_terms[lane] = (double)(((diff_dst_value * (src_value - mean_line)) * inv_std_line));
+                diff_beta_terms[lane] = (double)(diff_dst_value);
+            }
+            /* the line's terms of diff_gamma, line after line as the microkernels add them */
+            OPGEN_SIMD
+            for (int lane = 0; lane < filled; ++lane) {
+                opgen_across[0 * length + OPGEN_BLOCK * opgen_block + lane] += diff_gamma_terms[lane];
+            }
+            /* the line's terms of diff_beta, line after line as the microkernels add them */
+            OPGEN_SIMD
+            for (int lane = 0; lane < filled; ++lane) {
+                opgen_across[1 * length + OPGEN_BLOCK * opgen_block + lane] += diff_beta_terms[lane];
+            }
+            if (filled == OPGEN_BLOCK) {
+                opgen_store_block_f32(diff_src + OPGEN_BLOCK * opgen_block, diff_src_block, 0);
+            } else {
+                opgen_store_part_f32(diff_src + OPGEN_BLOCK * opgen_block, diff_src_block, filled, 0);
+            }
+        }
+    }
+}
+
+/* OPGEN_LINES_GROUP lines of `blocks` blocks at most, 1 to OPGEN_LINES_SHORT_BLOCKS */
+static void layer_norm_backward_f32_short(const opgen_lines_call *call, int64_t opgen_first, double (*opgen_values)[OPGEN_LINES_MAX_VALUES + 1],
+                                          double *opgen_across, int opgen_blocks)
+{
+    switch (opgen_blocks) {
+    case 1:
+        layer_norm_backward_f32_short_of(call, opgen_first, opgen_values, opgen_across, 1);
+        break;
+    case 2:
+        layer_norm_backward_f32_short_of(call, opgen_first, opgen_values, opgen_across, 2);
+        break;
+    case 3:
+        layer_norm_backward_f32_short_of(call, opgen_first, opgen_values, opgen_across, 3);
+        break;
+    case 4:
+        layer_norm_backward_f32_short_of(call, opgen_first, opgen_values, opgen_across, 4);
+        break;
+    default:
+        break;
+    }
+}
+#endif
 
 /* contiguous lines [opgen_from, opgen_to): groups of lines, each pass over every line of a group before
  * the next, the microkernels inlined (opgen_lines.h: lines) */
@@ -504,9 +684,18 @@ static OPGEN_FLATTEN void layer_norm_backward_f32_lines(const opgen_lines_call *
 {
     const int opgen_group = opgen_lines_group(opgen_call->length);
     (void)opgen_across;
+#if OPGEN_LINES_SHORT
+    const int opgen_short = opgen_call->stream ? 0 : opgen_lines_short(opgen_call->length);
+#endif
     for (int64_t opgen_first = opgen_from; opgen_first < opgen_to; opgen_first += opgen_group) {
         const int opgen_lines = opgen_to - opgen_first < opgen_group ? (int)(opgen_to - opgen_first) : opgen_group;
         double opgen_values[OPGEN_LINES_GROUP][OPGEN_LINES_MAX_VALUES + 1];
+#if OPGEN_LINES_SHORT
+        if (opgen_short > 0 && opgen_lines == OPGEN_LINES_GROUP) {
+            layer_norm_backward_f32_short(opgen_call, opgen_first, opgen_values, opgen_across, opgen_short);
+            continue;
+        }
+#endif
         for (int opgen_at = 0; opgen_at < opgen_lines; ++opgen_at) {
             layer_norm_backward_f32_before(opgen_call, opgen_first + opgen_at, opgen_values[opgen_at]);
         }
@@ -1043,6 +1232,186 @@ static void layer_norm_backward_bf16_f32_store_across(const opgen_lines_call *ca
         diff_beta[at] = (float)opgen_total;
     }
 }
+#if OPGEN_LINES_SHORT
+
+/* OPGEN_LINES_GROUP contiguous lines of at most `opgen_blocks` blocks each, held in registers:
+ * each step over every line of the group before the next, so that the lines' chains of
+ * latencies (a block's terms, the fold, the values after it) overlap. The operations of the
+ * microkernels above in their order, lines padded to whole blocks whose lanes past `length`
+ * count for nothing: the same bits. `opgen_blocks` a constant in each caller (_short); the
+ * outputs in cache (streamed groups take the microkernels above). */
+OPGEN_MICROKERNEL void layer_norm_backward_bf16_f32_short_of(const opgen_lines_call *call, int64_t opgen_first,
+                                                         double (*opgen_values)[OPGEN_LINES_MAX_VALUES + 1], double *opgen_across,
+                                                         int opgen_blocks)
+{
+    (void)opgen_across;
+    const int64_t length = call->length;
+    int opgen_filled[OPGEN_LINES_SHORT_BLOCKS]; /* each block's lanes in the line */
+    OPGEN_UNROLLED
+    for (int opgen_block = 0; opgen_block < OPGEN_LINES_SHORT_BLOCKS; ++opgen_block) {
+        const int64_t opgen_left = length - OPGEN_BLOCK * opgen_block;
+        opgen_filled[opgen_block] = opgen_left <= 0 ? 0 : opgen_left < OPGEN_BLOCK ? (int)opgen_left : OPGEN_BLOCK;
+    }
+    float src_blocks[OPGEN_LINES_GROUP][OPGEN_LINES_SHORT_BLOCKS][OPGEN_BLOCK];
+    OPGEN_UNROLLED
+    for (int opgen_line = 0; opgen_line < OPGEN_LINES_GROUP; ++opgen_line) {
+        const opgen_bf16 *src = (const opgen_bf16 *)call->tensors[0] + (opgen_first + opgen_line) * length;
+        OPGEN_UNROLLED
+        for (int opgen_block = 0; opgen_block < opgen_blocks; ++opgen_block) {
+            opgen_load_part_bf16(src_blocks[opgen_line][opgen_block], src + OPGEN_BLOCK * opgen_block, opgen_filled[opgen_block]);
+        }
+    }
+    float diff_dst_blocks[OPGEN_LINES_GROUP][OPGEN_LINES_SHORT_BLOCKS][OPGEN_BLOCK];
+    OPGEN_UNROLLED
+    for (int opgen_line = 0; opgen_line < OPGEN_LINES_GROUP; ++opgen_line) {
+        const opgen_bf16 *diff_dst = (const opgen_bf16 *)call->tensors[1] + (opgen_first + opgen_line) * length;
+        OPGEN_UNROLLED
+        for (int opgen_block = 0; opgen_block < opgen_blocks; ++opgen_block) {
+            opgen_load_part_bf16(diff_dst_blocks[opgen_line][opgen_block], diff_dst + OPGEN_BLOCK * opgen_block, opgen_filled[opgen_block]);
+        }
+    }
+    /* the same blocks for every line */
+    float gamma_blocks[OPGEN_LINES_SHORT_BLOCKS][OPGEN_BLOCK];
+    const float *gamma = (const float *)call->tensors[4];
+    OPGEN_UNROLLED
+    for (int opgen_block = 0; opgen_block < opgen_blocks; ++opgen_block) {
+        if (gamma == NULL) {
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                gamma_blocks[opgen_block][lane] = (float)1.0f;
+            }
+            continue;
+        }
+        opgen_load_part_f32(gamma_blocks[opgen_block], gamma + OPGEN_BLOCK * opgen_block, opgen_filled[opgen_block]);
+    }
+    for (int opgen_line = 0; opgen_line < OPGEN_LINES_GROUP; ++opgen_line) {
+        layer_norm_backward_bf16_f32_before(call, opgen_first + opgen_line, opgen_values[opgen_line]);
+    }
+    /* pass 1 */
+    OPGEN_UNROLLED
+    for (int opgen_line = 0; opgen_line < OPGEN_LINES_GROUP; ++opgen_line) {
+        double *const values = opgen_values[opgen_line];
+        const float epsilon = call->numbers[0];
+        (void)epsilon;
+        const float count = (float)call->count;
+        (void)count;
+        const float mean_line = (float)values[0];
+        double sum_g_lanes[OPGEN_BLOCK];
+        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+            sum_g_lanes[lane] = (double)-0.0;
+        }
+        double sum_g_centered_lanes[OPGEN_BLOCK];
+        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+            sum_g_centered_lanes[lane] = (double)-0.0;
+        }
+        OPGEN_UNROLLED
+        for (int opgen_block = 0; opgen_block < opgen_blocks; ++opgen_block) {
+            const int filled = opgen_filled[opgen_block];
+            const float *const src_block = src_blocks[opgen_line][opgen_block];
+            const float *const diff_dst_block = diff_dst_blocks[opgen_line][opgen_block];
+            const float *const gamma_block = gamma_blocks[opgen_block];
+            OPGEN_SIMD_FLOAT
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                const float src_value = (float)src_block[lane];
+                const float diff_dst_value = (float)diff_dst_block[lane];
+                const float gamma_value = (float)gamma_block[lane];
+                const float sum_g_term = (diff_dst_value * gamma_value);
+                sum_g_lanes[lane] = lane < filled ? sum_g_lanes[lane] + (double)sum_g_term : sum_g_lanes[lane];
+                const float sum_g_centered_term = ((diff_dst_value * gamma_value) * (src_value - mean_line));
+                sum_g_centered_lanes[lane] = lane < filled ? sum_g_centered_lanes[lane] + (double)sum_g_centered_term : sum_g_centered_lanes[lane];
+            }
+        }
+        OPGEN_UNROLLED
+        for (int opgen_width = OPGEN_BLOCK / 2; opgen_width > 0; opgen_width /= 2) {
+            for (int lane = 0; lane < opgen_width; ++lane) {
+                const double sum_g_term = sum_g_lanes[lane + opgen_width];
+                sum_g_lanes[lane] = sum_g_lanes[lane] + (double)sum_g_term;
+                const double sum_g_centered_term = sum_g_centered_lanes[lane + opgen_width];
+                sum_g_centered_lanes[lane] = sum_g_centered_lanes[lane] + (double)sum_g_centered_term;
+            }
+        }
+        values[3] = (double)(sum_g_lanes[0] + 0.0);
+        values[4] = (double)(sum_g_centered_lanes[0] + 0.0);
+    }
+    for (int opgen_line = 0; opgen_line < OPGEN_LINES_GROUP; ++opgen_line) {
+        layer_norm_backward_bf16_f32_after_1(call, opgen_first + opgen_line, opgen_values[opgen_line]);
+    }
+    /* the elements */
+    OPGEN_UNROLLED
+    for (int opgen_line = 0; opgen_line < OPGEN_LINES_GROUP; ++opgen_line) {
+        double *const values = opgen_values[opgen_line];
+        opgen_bf16 *diff_src = (opgen_bf16 *)call->tensors[5] + (opgen_first + opgen_line) * length;
+        const float epsilon = call->numbers[0];
+        (void)epsilon;
+        const float count = (float)call->count;
+        (void)count;
+        const float mean_line = (float)values[0];
+        const float inv_std_line = (float)values[2];
+        const float mean_g_line = (float)values[5];
+        const float centered_coefficient_line = (float)values[6];
+        (void)mean_line; /* where the terms kept make it unread */
+        (void)inv_std_line; /* where the terms kept make it unread */
+        (void)mean_g_line; /* where the terms kept make it unread */
+        (void)centered_coefficient_line; /* where the terms kept make it unread */
+        OPGEN_UNROLLED
+        for (int opgen_block = 0; opgen_block < opgen_blocks; ++opgen_block) {
+            const int filled = opgen_filled[opgen_block];
+            const float *const src_block = src_blocks[opgen_line][opgen_block];
+            const float *const diff_dst_block = diff_dst_blocks[opgen_line][opgen_block];
+            const float *const gamma_block = gamma_blocks[opgen_block];
+            float diff_src_block[OPGEN_BLOCK];
+            double diff_gamma_terms[OPGEN_BLOCK];
+            double diff_beta_terms[OPGEN_BLOCK];
+            OPGEN_SIMD_FLOAT
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                const float src_value = (float)src_block[lane];
+                const float diff_dst_value = (float)diff_dst_block[lane];
+                const float gamma_value = (float)gamma_block[lane];
+                const float diff_src_value = (inv_std_line * (((diff_dst_value * gamma_value) - mean_g_line) - ((src_value - mean_line) * centered_coefficient_line)));
+                diff_src_block[lane] = (float)diff_src_value;
+                diff_gamma_terms[lane] = (double)(((diff_dst_value * (src_value - mean_line)) * inv_std_line));
+                diff_beta_terms[lane] = (double)(diff_dst_value);
+            }
+            /* the line's terms of diff_gamma, line after line as the microkernels add them */
+            OPGEN_SIMD
+            for (int lane = 0; lane < filled; ++lane) {
+                opgen_across[0 * length + OPGEN_BLOCK * opgen_block + lane] += diff_gamma_terms[lane];
+            }
+            /* the line's terms of diff_beta, line after line as the microkernels add them */
+            OPGEN_SIMD
+            for (int lane = 0; lane < filled; ++lane) {
+                opgen_across[1 * length + OPGEN_BLOCK * opgen_block + lane] += diff_beta_terms[lane];
+            }
+            if (filled == OPGEN_BLOCK) {
+                opgen_store_block_bf16(diff_src + OPGEN_BLOCK * opgen_block, diff_src_block, 0);
+            } else {
+                opgen_store_part_bf16(diff_src + OPGEN_BLOCK * opgen_block, diff_src_block, filled, 0);
+            }
+        }
+    }
+}
+
+/* OPGEN_LINES_GROUP lines of `blocks` blocks at most, 1 to OPGEN_LINES_SHORT_BLOCKS */
+static void layer_norm_backward_bf16_f32_short(const opgen_lines_call *call, int64_t opgen_first, double (*opgen_values)[OPGEN_LINES_MAX_VALUES + 1],
+                                               double *opgen_across, int opgen_blocks)
+{
+    switch (opgen_blocks) {
+    case 1:
+        layer_norm_backward_bf16_f32_short_of(call, opgen_first, opgen_values, opgen_across, 1);
+        break;
+    case 2:
+        layer_norm_backward_bf16_f32_short_of(call, opgen_first, opgen_values, opgen_across, 2);
+        break;
+    case 3:
+        layer_norm_backward_bf16_f32_short_of(call, opgen_first, opgen_values, opgen_across, 3);
+        break;
+    case 4:
+        layer_norm_backward_bf16_f32_short_of(call, opgen_first, opgen_values, opgen_across, 4);
+        break;
+    default:
+        break;
+    }
+}
+#endif
 
 /* contiguous lines [opgen_from, opgen_to): groups of lines, each pass over every line of a group before
  * the next, the microkernels inlined (opgen_lines.h: lines) */
@@ -1051,9 +1420,18 @@ static OPGEN_FLATTEN void layer_norm_backward_bf16_f32_lines(const opgen_lines_c
 {
     const int opgen_group = opgen_lines_group(opgen_call->length);
     (void)opgen_across;
+#if OPGEN_LINES_SHORT
+    const int opgen_short = opgen_call->stream ? 0 : opgen_lines_short(opgen_call->length);
+#endif
     for (int64_t opgen_first = opgen_from; opgen_first < opgen_to; opgen_first += opgen_group) {
         const int opgen_lines = opgen_to - opgen_first < opgen_group ? (int)(opgen_to - opgen_first) : opgen_group;
         double opgen_values[OPGEN_LINES_GROUP][OPGEN_LINES_MAX_VALUES + 1];
+#if OPGEN_LINES_SHORT
+        if (opgen_short > 0 && opgen_lines == OPGEN_LINES_GROUP) {
+            layer_norm_backward_bf16_f32_short(opgen_call, opgen_first, opgen_values, opgen_across, opgen_short);
+            continue;
+        }
+#endif
         for (int opgen_at = 0; opgen_at < opgen_lines; ++opgen_at) {
             layer_norm_backward_bf16_f32_before(opgen_call, opgen_first + opgen_at, opgen_values[opgen_at]);
         }
@@ -1590,6 +1968,186 @@ static void layer_norm_backward_f16_f32_store_across(const opgen_lines_call *cal
         diff_beta[at] = (float)opgen_total;
     }
 }
+#if OPGEN_LINES_SHORT
+
+/* OPGEN_LINES_GROUP contiguous lines of at most `opgen_blocks` blocks each, held in registers:
+ * each step over every line of the group before the next, so that the lines' chains of
+ * latencies (a block's terms, the fold, the values after it) overlap. The operations of the
+ * microkernels above in their order, lines padded to whole blocks whose lanes past `length`
+ * count for nothing: the same bits. `opgen_blocks` a constant in each caller (_short); the
+ * outputs in cache (streamed groups take the microkernels above). */
+OPGEN_MICROKERNEL void layer_norm_backward_f16_f32_short_of(const opgen_lines_call *call, int64_t opgen_first,
+                                                        double (*opgen_values)[OPGEN_LINES_MAX_VALUES + 1], double *opgen_across,
+                                                        int opgen_blocks)
+{
+    (void)opgen_across;
+    const int64_t length = call->length;
+    int opgen_filled[OPGEN_LINES_SHORT_BLOCKS]; /* each block's lanes in the line */
+    OPGEN_UNROLLED
+    for (int opgen_block = 0; opgen_block < OPGEN_LINES_SHORT_BLOCKS; ++opgen_block) {
+        const int64_t opgen_left = length - OPGEN_BLOCK * opgen_block;
+        opgen_filled[opgen_block] = opgen_left <= 0 ? 0 : opgen_left < OPGEN_BLOCK ? (int)opgen_left : OPGEN_BLOCK;
+    }
+    float src_blocks[OPGEN_LINES_GROUP][OPGEN_LINES_SHORT_BLOCKS][OPGEN_BLOCK];
+    OPGEN_UNROLLED
+    for (int opgen_line = 0; opgen_line < OPGEN_LINES_GROUP; ++opgen_line) {
+        const opgen_f16 *src = (const opgen_f16 *)call->tensors[0] + (opgen_first + opgen_line) * length;
+        OPGEN_UNROLLED
+        for (int opgen_block = 0; opgen_block < opgen_blocks; ++opgen_block) {
+            opgen_load_part_f16(src_blocks[opgen_line][opgen_block], src + OPGEN_BLOCK * opgen_block, opgen_filled[opgen_block]);
+        }
+    }
+    float diff_dst_blocks[OPGEN_LINES_GROUP][OPGEN_LINES_SHORT_BLOCKS][OPGEN_BLOCK];
+    OPGEN_UNROLLED
+    for (int opgen_line = 0; opgen_line < OPGEN_LINES_GROUP; ++opgen_line) {
+        const opgen_f16 *diff_dst = (const opgen_f16 *)call->tensors[1] + (opgen_first + opgen_line) * length;
+        OPGEN_UNROLLED
+        for (int opgen_block = 0; opgen_block < opgen_blocks; ++opgen_block) {
+            opgen_load_part_f16(diff_dst_blocks[opgen_line][opgen_block], diff_dst + OPGEN_BLOCK * opgen_block, opgen_filled[opgen_block]);
+        }
+    }
+    /* the same blocks for every line */
+    float gamma_blocks[OPGEN_LINES_SHORT_BLOCKS][OPGEN_BLOCK];
+    const float *gamma = (const float *)call->tensors[4];
+    OPGEN_UNROLLED
+    for (int opgen_block = 0; opgen_block < opgen_blocks; ++opgen_block) {
+        if (gamma == NULL) {
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                gamma_blocks[opgen_block][lane] = (float)1.0f;
+            }
+            continue;
+        }
+        opgen_load_part_f32(gamma_blocks[opgen_block], gamma + OPGEN_BLOCK * opgen_block, opgen_filled[opgen_block]);
+    }
+    for (int opgen_line = 0; opgen_line < OPGEN_LINES_GROUP; ++opgen_line) {
+        layer_norm_backward_f16_f32_before(call, opgen_first + opgen_line, opgen_values[opgen_line]);
+    }
+    /* pass 1 */
+    OPGEN_UNROLLED
+    for (int opgen_line = 0; opgen_line < OPGEN_LINES_GROUP; ++opgen_line) {
+        double *const values = opgen_values[opgen_line];
+        const float epsilon = call->numbers[0];
+        (void)epsilon;
+        const float count = (float)call->count;
+        (void)count;
+        const float mean_line = (float)values[0];
+        double sum_g_lanes[OPGEN_BLOCK];
+        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+            sum_g_lanes[lane] = (double)-0.0;
+        }
+        double sum_g_centered_lanes[OPGEN_BLOCK];
+        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+            sum_g_centered_lanes[lane] = (double)-0.0;
+        }
+        OPGEN_UNROLLED
+        for (int opgen_block = 0; opgen_block < opgen_blocks; ++opgen_block) {
+            const int filled = opgen_filled[opgen_block];
+            const float *const src_block = src_blocks[opgen_line][opgen_block];
+            const float *const diff_dst_block = diff_dst_blocks[opgen_line][opgen_block];
+            const float *const gamma_block = gamma_blocks[opgen_block];
+            OPGEN_SIMD_FLOAT
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                const float src_value = (float)src_block[lane];
+                const float diff_dst_value = (float)diff_dst_block[lane];
+                const float gamma_value = (float)gamma_block[lane];
+                const float sum_g_term = (diff_dst_value * gamma_value);
+                sum_g_lanes[lane] = lane < filled ? sum_g_lanes[lane] + (double)sum_g_term : sum_g_lanes[lane];
+                const float sum_g_centered_term = ((diff_dst_value * gamma_value) * (src_value - mean_line));
+                sum_g_centered_lanes[lane] = lane < filled ? sum_g_centered_lanes[lane] + (double)sum_g_centered_term : sum_g_centered_lanes[lane];
+            }
+        }
+        OPGEN_UNROLLED
+        for (int opgen_width = OPGEN_BLOCK / 2; opgen_width > 0; opgen_width /= 2) {
+            for (int lane = 0; lane < opgen_width; ++lane) {
+                const double sum_g_term = sum_g_lanes[lane + opgen_width];
+                sum_g_lanes[lane] = sum_g_lanes[lane] + (double)sum_g_term;
+                const double sum_g_centered_term = sum_g_centered_lanes[lane + opgen_width];
+                sum_g_centered_lanes[lane] = sum_g_centered_lanes[lane] + (double)sum_g_centered_term;
+            }
+        }
+        values[3] = (double)(sum_g_lanes[0] + 0.0);
+        values[4] = (double)(sum_g_centered_lanes[0] + 0.0);
+    }
+    for (int opgen_line = 0; opgen_line < OPGEN_LINES_GROUP; ++opgen_line) {
+        layer_norm_backward_f16_f32_after_1(call, opgen_first + opgen_line, opgen_values[opgen_line]);
+    }
+    /* the elements */
+    OPGEN_UNROLLED
+    for (int opgen_line = 0; opgen_line < OPGEN_LINES_GROUP; ++opgen_line) {
+        double *const values = opgen_values[opgen_line];
+        opgen_f16 *diff_src = (opgen_f16 *)call->tensors[5] + (opgen_first + opgen_line) * length;
+        const float epsilon = call->numbers[0];
+        (void)epsilon;
+        const float count = (float)call->count;
+        (void)count;
+        const float mean_line = (float)values[0];
+        const float inv_std_line = (float)values[2];
+        const float mean_g_line = (float)values[5];
+        const float centered_coefficient_line = (float)values[6];
+        (void)mean_line; /* where the terms kept make it unread */
+        (void)inv_std_line; /* where the terms kept make it unread */
+        (void)mean_g_line; /* where the terms kept make it unread */
+        (void)centered_coefficient_line; /* where the terms kept make it unread */
+        OPGEN_UNROLLED
+        for (int opgen_block = 0; opgen_block < opgen_blocks; ++opgen_block) {
+            const int filled = opgen_filled[opgen_block];
+            const float *const src_block = src_blocks[opgen_line][opgen_block];
+            const float *const diff_dst_block = diff_dst_blocks[opgen_line][opgen_block];
+            const float *const gamma_block = gamma_blocks[opgen_block];
+            float diff_src_block[OPGEN_BLOCK];
+            double diff_gamma_terms[OPGEN_BLOCK];
+            double diff_beta_terms[OPGEN_BLOCK];
+            OPGEN_SIMD_FLOAT
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                const float src_value = (float)src_block[lane];
+                const float diff_dst_value = (float)diff_dst_block[lane];
+                const float gamma_value = (float)gamma_block[lane];
+                const float diff_src_value = (inv_std_line * (((diff_dst_value * gamma_value) - mean_g_line) - ((src_value - mean_line) * centered_coefficient_line)));
+                diff_src_block[lane] = (float)diff_src_value;
+                diff_gamma_terms[lane] = (double)(((diff_dst_value * (src_value - mean_line)) * inv_std_line));
+                diff_beta_terms[lane] = (double)(diff_dst_value);
+            }
+            /* the line's terms of diff_gamma, line after line as the microkernels add them */
+            OPGEN_SIMD
+            for (int lane = 0; lane < filled; ++lane) {
+                opgen_across[0 * length + OPGEN_BLOCK * opgen_block + lane] += diff_gamma_terms[lane];
+            }
+            /* the line's terms of diff_beta, line after line as the microkernels add them */
+            OPGEN_SIMD
+            for (int lane = 0; lane < filled; ++lane) {
+                opgen_across[1 * length + OPGEN_BLOCK * opgen_block + lane] += diff_beta_terms[lane];
+            }
+            if (filled == OPGEN_BLOCK) {
+                opgen_store_block_f16(diff_src + OPGEN_BLOCK * opgen_block, diff_src_block, 0);
+            } else {
+                opgen_store_part_f16(diff_src + OPGEN_BLOCK * opgen_block, diff_src_block, filled, 0);
+            }
+        }
+    }
+}
+
+/* OPGEN_LINES_GROUP lines of `blocks` blocks at most, 1 to OPGEN_LINES_SHORT_BLOCKS */
+static void layer_norm_backward_f16_f32_short(const opgen_lines_call *call, int64_t opgen_first, double (*opgen_values)[OPGEN_LINES_MAX_VALUES + 1],
+                                              double *opgen_across, int opgen_blocks)
+{
+    switch (opgen_blocks) {
+    case 1:
+        layer_norm_backward_f16_f32_short_of(call, opgen_first, opgen_values, opgen_across, 1);
+        break;
+    case 2:
+        layer_norm_backward_f16_f32_short_of(call, opgen_first, opgen_values, opgen_across, 2);
+        break;
+    case 3:
+        layer_norm_backward_f16_f32_short_of(call, opgen_first, opgen_values, opgen_across, 3);
+        break;
+    case 4:
+        layer_norm_backward_f16_f32_short_of(call, opgen_first, opgen_values, opgen_across, 4);
+        break;
+    default:
+        break;
+    }
+}
+#endif
 
 /* contiguous lines [opgen_from, opgen_to): groups of lines, each pass over every line of a group before
  * the next, the microkernels inlined (opgen_lines.h: lines) */
@@ -1598,9 +2156,18 @@ static OPGEN_FLATTEN void layer_norm_backward_f16_f32_lines(const opgen_lines_ca
 {
     const int opgen_group = opgen_lines_group(opgen_call->length);
     (void)opgen_across;
+#if OPGEN_LINES_SHORT
+    const int opgen_short = opgen_call->stream ? 0 : opgen_lines_short(opgen_call->length);
+#endif
     for (int64_t opgen_first = opgen_from; opgen_first < opgen_to; opgen_first += opgen_group) {
         const int opgen_lines = opgen_to - opgen_first < opgen_group ? (int)(opgen_to - opgen_first) : opgen_group;
         double opgen_values[OPGEN_LINES_GROUP][OPGEN_LINES_MAX_VALUES + 1];
+#if OPGEN_LINES_SHORT
+        if (opgen_short > 0 && opgen_lines == OPGEN_LINES_GROUP) {
+            layer_norm_backward_f16_f32_short(opgen_call, opgen_first, opgen_values, opgen_across, opgen_short);
+            continue;
+        }
+#endif
         for (int opgen_at = 0; opgen_at < opgen_lines; ++opgen_at) {
             layer_norm_backward_f16_f32_before(opgen_call, opgen_first + opgen_at, opgen_values[opgen_at]);
         }

@@ -391,8 +391,10 @@ static void log_soft_max_f32_apply_columns(const opgen_lines_call *call, int64_t
  * count for nothing: the same bits. `opgen_blocks` a constant in each caller (_short); the
  * outputs in cache (streamed groups take the microkernels above). */
 OPGEN_MICROKERNEL void log_soft_max_f32_short_of(const opgen_lines_call *call, int64_t opgen_first,
-                                             double (*opgen_values)[OPGEN_LINES_MAX_VALUES + 1], int opgen_blocks)
+                                             double (*opgen_values)[OPGEN_LINES_MAX_VALUES + 1], double *opgen_across,
+                                             int opgen_blocks)
 {
+    (void)opgen_across;
     const int64_t length = call->length;
     int opgen_filled[OPGEN_LINES_SHORT_BLOCKS]; /* each block's lanes in the line */
     OPGEN_UNROLLED
@@ -506,20 +508,20 @@ OPGEN_MICROKERNEL void log_soft_max_f32_short_of(const opgen_lines_call *call, i
 
 /* OPGEN_LINES_GROUP lines of `blocks` blocks at most, 1 to OPGEN_LINES_SHORT_BLOCKS */
 static void log_soft_max_f32_short(const opgen_lines_call *call, int64_t opgen_first, double (*opgen_values)[OPGEN_LINES_MAX_VALUES + 1],
-                                   int opgen_blocks)
+                                   double *opgen_across, int opgen_blocks)
 {
     switch (opgen_blocks) {
     case 1:
-        log_soft_max_f32_short_of(call, opgen_first, opgen_values, 1);
+        log_soft_max_f32_short_of(call, opgen_first, opgen_values, opgen_across, 1);
         break;
     case 2:
-        log_soft_max_f32_short_of(call, opgen_first, opgen_values, 2);
+        log_soft_max_f32_short_of(call, opgen_first, opgen_values, opgen_across, 2);
         break;
     case 3:
-        log_soft_max_f32_short_of(call, opgen_first, opgen_values, 3);
+        log_soft_max_f32_short_of(call, opgen_first, opgen_values, opgen_across, 3);
         break;
     case 4:
-        log_soft_max_f32_short_of(call, opgen_first, opgen_values, 4);
+        log_soft_max_f32_short_of(call, opgen_first, opgen_values, opgen_across, 4);
         break;
     default:
         break;
@@ -542,7 +544,7 @@ static OPGEN_FLATTEN void log_soft_max_f32_lines(const opgen_lines_call *opgen_c
         double opgen_values[OPGEN_LINES_GROUP][OPGEN_LINES_MAX_VALUES + 1];
 #if OPGEN_LINES_SHORT
         if (opgen_short > 0 && opgen_lines == OPGEN_LINES_GROUP) {
-            log_soft_max_f32_short(opgen_call, opgen_first, opgen_values, opgen_short);
+            log_soft_max_f32_short(opgen_call, opgen_first, opgen_values, opgen_across, opgen_short);
             continue;
         }
 #endif
@@ -978,8 +980,10 @@ static void log_soft_max_bf16_apply_columns(const opgen_lines_call *call, int64_
  * count for nothing: the same bits. `opgen_blocks` a constant in each caller (_short); the
  * outputs in cache (streamed groups take the microkernels above). */
 OPGEN_MICROKERNEL void log_soft_max_bf16_short_of(const opgen_lines_call *call, int64_t opgen_first,
-                                              double (*opgen_values)[OPGEN_LINES_MAX_VALUES + 1], int opgen_blocks)
+                                              double (*opgen_values)[OPGEN_LINES_MAX_VALUES + 1], double *opgen_across,
+                                              int opgen_blocks)
 {
+    (void)opgen_across;
     const int64_t length = call->length;
     int opgen_filled[OPGEN_LINES_SHORT_BLOCKS]; /* each block's lanes in the line */
     OPGEN_UNROLLED
@@ -1093,20 +1097,20 @@ OPGEN_MICROKERNEL void log_soft_max_bf16_short_of(const opgen_lines_call *call, 
 
 /* OPGEN_LINES_GROUP lines of `blocks` blocks at most, 1 to OPGEN_LINES_SHORT_BLOCKS */
 static void log_soft_max_bf16_short(const opgen_lines_call *call, int64_t opgen_first, double (*opgen_values)[OPGEN_LINES_MAX_VALUES + 1],
-                                    int opgen_blocks)
+                                    double *opgen_across, int opgen_blocks)
 {
     switch (opgen_blocks) {
     case 1:
-        log_soft_max_bf16_short_of(call, opgen_first, opgen_values, 1);
+        log_soft_max_bf16_short_of(call, opgen_first, opgen_values, opgen_across, 1);
         break;
     case 2:
-        log_soft_max_bf16_short_of(call, opgen_first, opgen_values, 2);
+        log_soft_max_bf16_short_of(call, opgen_first, opgen_values, opgen_across, 2);
         break;
     case 3:
-        log_soft_max_bf16_short_of(call, opgen_first, opgen_values, 3);
+        log_soft_max_bf16_short_of(call, opgen_first, opgen_values, opgen_across, 3);
         break;
     case 4:
-        log_soft_max_bf16_short_of(call, opgen_first, opgen_values, 4);
+        log_soft_max_bf16_short_of(call, opgen_first, opgen_values, opgen_across, 4);
         break;
     default:
         break;
@@ -1129,7 +1133,7 @@ static OPGEN_FLATTEN void log_soft_max_bf16_lines(const opgen_lines_call *opgen_
         double opgen_values[OPGEN_LINES_GROUP][OPGEN_LINES_MAX_VALUES + 1];
 #if OPGEN_LINES_SHORT
         if (opgen_short > 0 && opgen_lines == OPGEN_LINES_GROUP) {
-            log_soft_max_bf16_short(opgen_call, opgen_first, opgen_values, opgen_short);
+            log_soft_max_bf16_short(opgen_call, opgen_first, opgen_values, opgen_across, opgen_short);
             continue;
         }
 #endif
@@ -1565,8 +1569,10 @@ static void log_soft_max_f16_apply_columns(const opgen_lines_call *call, int64_t
  * count for nothing: the same bits. `opgen_blocks` a constant in each caller (_short); the
  * outputs in cache (streamed groups take the microkernels above). */
 OPGEN_MICROKERNEL void log_soft_max_f16_short_of(const opgen_lines_call *call, int64_t opgen_first,
-                                             double (*opgen_values)[OPGEN_LINES_MAX_VALUES + 1], int opgen_blocks)
+                                             double (*opgen_values)[OPGEN_LINES_MAX_VALUES + 1], double *opgen_across,
+                                             int opgen_blocks)
 {
+    (void)opgen_across;
     const int64_t length = call->length;
     int opgen_filled[OPGEN_LINES_SHORT_BLOCKS]; /* each block's lanes in the line */
     OPGEN_UNROLLED
@@ -1680,20 +1686,20 @@ OPGEN_MICROKERNEL void log_soft_max_f16_short_of(const opgen_lines_call *call, i
 
 /* OPGEN_LINES_GROUP lines of `blocks` blocks at most, 1 to OPGEN_LINES_SHORT_BLOCKS */
 static void log_soft_max_f16_short(const opgen_lines_call *call, int64_t opgen_first, double (*opgen_values)[OPGEN_LINES_MAX_VALUES + 1],
-                                   int opgen_blocks)
+                                   double *opgen_across, int opgen_blocks)
 {
     switch (opgen_blocks) {
     case 1:
-        log_soft_max_f16_short_of(call, opgen_first, opgen_values, 1);
+        log_soft_max_f16_short_of(call, opgen_first, opgen_values, opgen_across, 1);
         break;
     case 2:
-        log_soft_max_f16_short_of(call, opgen_first, opgen_values, 2);
+        log_soft_max_f16_short_of(call, opgen_first, opgen_values, opgen_across, 2);
         break;
     case 3:
-        log_soft_max_f16_short_of(call, opgen_first, opgen_values, 3);
+        log_soft_max_f16_short_of(call, opgen_first, opgen_values, opgen_across, 3);
         break;
     case 4:
-        log_soft_max_f16_short_of(call, opgen_first, opgen_values, 4);
+        log_soft_max_f16_short_of(call, opgen_first, opgen_values, opgen_across, 4);
         break;
     default:
         break;
@@ -1716,7 +1722,7 @@ static OPGEN_FLATTEN void log_soft_max_f16_lines(const opgen_lines_call *opgen_c
         double opgen_values[OPGEN_LINES_GROUP][OPGEN_LINES_MAX_VALUES + 1];
 #if OPGEN_LINES_SHORT
         if (opgen_short > 0 && opgen_lines == OPGEN_LINES_GROUP) {
-            log_soft_max_f16_short(opgen_call, opgen_first, opgen_values, opgen_short);
+            log_soft_max_f16_short(opgen_call, opgen_first, opgen_values, opgen_across, opgen_short);
             continue;
         }
 #endif

@@ -337,8 +337,10 @@ static void log_soft_max_backward_f32_apply_columns(const opgen_lines_call *call
  * count for nothing: the same bits. `opgen_blocks` a constant in each caller (_short); the
  * outputs in cache (streamed groups take the microkernels above). */
 OPGEN_MICROKERNEL void log_soft_max_backward_f32_short_of(const opgen_lines_call *call, int64_t opgen_first,
-                                                      double (*opgen_values)[OPGEN_LINES_MAX_VALUES + 1], int opgen_blocks)
+                                                      double (*opgen_values)[OPGEN_LINES_MAX_VALUES + 1], double *opgen_across,
+                                                      int opgen_blocks)
 {
+    (void)opgen_across;
     const int64_t length = call->length;
     int opgen_filled[OPGEN_LINES_SHORT_BLOCKS]; /* each block's lanes in the line */
     OPGEN_UNROLLED
@@ -437,20 +439,20 @@ OPGEN_MICROKERNEL void log_soft_max_backward_f32_short_of(const opgen_lines_call
 
 /* OPGEN_LINES_GROUP lines of `blocks` blocks at most, 1 to OPGEN_LINES_SHORT_BLOCKS */
 static void log_soft_max_backward_f32_short(const opgen_lines_call *call, int64_t opgen_first, double (*opgen_values)[OPGEN_LINES_MAX_VALUES + 1],
-                                            int opgen_blocks)
+                                            double *opgen_across, int opgen_blocks)
 {
     switch (opgen_blocks) {
     case 1:
-        log_soft_max_backward_f32_short_of(call, opgen_first, opgen_values, 1);
+        log_soft_max_backward_f32_short_of(call, opgen_first, opgen_values, opgen_across, 1);
         break;
     case 2:
-        log_soft_max_backward_f32_short_of(call, opgen_first, opgen_values, 2);
+        log_soft_max_backward_f32_short_of(call, opgen_first, opgen_values, opgen_across, 2);
         break;
     case 3:
-        log_soft_max_backward_f32_short_of(call, opgen_first, opgen_values, 3);
+        log_soft_max_backward_f32_short_of(call, opgen_first, opgen_values, opgen_across, 3);
         break;
     case 4:
-        log_soft_max_backward_f32_short_of(call, opgen_first, opgen_values, 4);
+        log_soft_max_backward_f32_short_of(call, opgen_first, opgen_values, opgen_across, 4);
         break;
     default:
         break;
@@ -473,7 +475,7 @@ static OPGEN_FLATTEN void log_soft_max_backward_f32_lines(const opgen_lines_call
         double opgen_values[OPGEN_LINES_GROUP][OPGEN_LINES_MAX_VALUES + 1];
 #if OPGEN_LINES_SHORT
         if (opgen_short > 0 && opgen_lines == OPGEN_LINES_GROUP) {
-            log_soft_max_backward_f32_short(opgen_call, opgen_first, opgen_values, opgen_short);
+            log_soft_max_backward_f32_short(opgen_call, opgen_first, opgen_values, opgen_across, opgen_short);
             continue;
         }
 #endif
@@ -839,8 +841,10 @@ static void log_soft_max_backward_bf16_apply_columns(const opgen_lines_call *cal
  * count for nothing: the same bits. `opgen_blocks` a constant in each caller (_short); the
  * outputs in cache (streamed groups take the microkernels above). */
 OPGEN_MICROKERNEL void log_soft_max_backward_bf16_short_of(const opgen_lines_call *call, int64_t opgen_first,
-                                                       double (*opgen_values)[OPGEN_LINES_MAX_VALUES + 1], int opgen_blocks)
+                                                       double (*opgen_values)[OPGEN_LINES_MAX_VALUES + 1], double *opgen_across,
+                                                       int opgen_blocks)
 {
+    (void)opgen_across;
     const int64_t length = call->length;
     int opgen_filled[OPGEN_LINES_SHORT_BLOCKS]; /* each block's lanes in the line */
     OPGEN_UNROLLED
@@ -939,20 +943,20 @@ OPGEN_MICROKERNEL void log_soft_max_backward_bf16_short_of(const opgen_lines_cal
 
 /* OPGEN_LINES_GROUP lines of `blocks` blocks at most, 1 to OPGEN_LINES_SHORT_BLOCKS */
 static void log_soft_max_backward_bf16_short(const opgen_lines_call *call, int64_t opgen_first, double (*opgen_values)[OPGEN_LINES_MAX_VALUES + 1],
-                                             int opgen_blocks)
+                                             double *opgen_across, int opgen_blocks)
 {
     switch (opgen_blocks) {
     case 1:
-        log_soft_max_backward_bf16_short_of(call, opgen_first, opgen_values, 1);
+        log_soft_max_backward_bf16_short_of(call, opgen_first, opgen_values, opgen_across, 1);
         break;
     case 2:
-        log_soft_max_backward_bf16_short_of(call, opgen_first, opgen_values, 2);
+        log_soft_max_backward_bf16_short_of(call, opgen_first, opgen_values, opgen_across, 2);
         break;
     case 3:
-        log_soft_max_backward_bf16_short_of(call, opgen_first, opgen_values, 3);
+        log_soft_max_backward_bf16_short_of(call, opgen_first, opgen_values, opgen_across, 3);
         break;
     case 4:
-        log_soft_max_backward_bf16_short_of(call, opgen_first, opgen_values, 4);
+        log_soft_max_backward_bf16_short_of(call, opgen_first, opgen_values, opgen_across, 4);
         break;
     default:
         break;
@@ -975,7 +979,7 @@ static OPGEN_FLATTEN void log_soft_max_backward_bf16_lines(const opgen_lines_cal
         double opgen_values[OPGEN_LINES_GROUP][OPGEN_LINES_MAX_VALUES + 1];
 #if OPGEN_LINES_SHORT
         if (opgen_short > 0 && opgen_lines == OPGEN_LINES_GROUP) {
-            log_soft_max_backward_bf16_short(opgen_call, opgen_first, opgen_values, opgen_short);
+            log_soft_max_backward_bf16_short(opgen_call, opgen_first, opgen_values, opgen_across, opgen_short);
             continue;
         }
 #endif
@@ -1341,8 +1345,10 @@ static void log_soft_max_backward_f16_apply_columns(const opgen_lines_call *call
  * count for nothing: the same bits. `opgen_blocks` a constant in each caller (_short); the
  * outputs in cache (streamed groups take the microkernels above). */
 OPGEN_MICROKERNEL void log_soft_max_backward_f16_short_of(const opgen_lines_call *call, int64_t opgen_first,
-                                                      double (*opgen_values)[OPGEN_LINES_MAX_VALUES + 1], int opgen_blocks)
+                                                      double (*opgen_values)[OPGEN_LINES_MAX_VALUES + 1], double *opgen_across,
+                                                      int opgen_blocks)
 {
+    (void)opgen_across;
     const int64_t length = call->length;
     int opgen_filled[OPGEN_LINES_SHORT_BLOCKS]; /* each block's lanes in the line */
     OPGEN_UNROLLED
@@ -1441,20 +1447,20 @@ OPGEN_MICROKERNEL void log_soft_max_backward_f16_short_of(const opgen_lines_call
 
 /* OPGEN_LINES_GROUP lines of `blocks` blocks at most, 1 to OPGEN_LINES_SHORT_BLOCKS */
 static void log_soft_max_backward_f16_short(const opgen_lines_call *call, int64_t opgen_first, double (*opgen_values)[OPGEN_LINES_MAX_VALUES + 1],
-                                            int opgen_blocks)
+                                            double *opgen_across, int opgen_blocks)
 {
     switch (opgen_blocks) {
     case 1:
-        log_soft_max_backward_f16_short_of(call, opgen_first, opgen_values, 1);
+        log_soft_max_backward_f16_short_of(call, opgen_first, opgen_values, opgen_across, 1);
         break;
     case 2:
-        log_soft_max_backward_f16_short_of(call, opgen_first, opgen_values, 2);
+        log_soft_max_backward_f16_short_of(call, opgen_first, opgen_values, opgen_across, 2);
         break;
     case 3:
-        log_soft_max_backward_f16_short_of(call, opgen_first, opgen_values, 3);
+        log_soft_max_backward_f16_short_of(call, opgen_first, opgen_values, opgen_across, 3);
         break;
     case 4:
-        log_soft_max_backward_f16_short_of(call, opgen_first, opgen_values, 4);
+        log_soft_max_backward_f16_short_of(call, opgen_first, opgen_values, opgen_across, 4);
         break;
     default:
         break;
@@ -1477,7 +1483,7 @@ static OPGEN_FLATTEN void log_soft_max_backward_f16_lines(const opgen_lines_call
         double opgen_values[OPGEN_LINES_GROUP][OPGEN_LINES_MAX_VALUES + 1];
 #if OPGEN_LINES_SHORT
         if (opgen_short > 0 && opgen_lines == OPGEN_LINES_GROUP) {
-            log_soft_max_backward_f16_short(opgen_call, opgen_first, opgen_values, opgen_short);
+            log_soft_max_backward_f16_short(opgen_call, opgen_first, opgen_values, opgen_across, opgen_short);
             continue;
         }
 #endif

@@ -321,8 +321,10 @@ static void soft_max_backward_f32_apply_columns(const opgen_lines_call *call, in
  * count for nothing: the same bits. `opgen_blocks` a constant in each caller (_short); the
  * outputs in cache (streamed groups take the microkernels above). */
 OPGEN_MICROKERNEL void soft_max_backward_f32_short_of(const opgen_lines_call *call, int64_t opgen_first,
-                                                  double (*opgen_values)[OPGEN_LINES_MAX_VALUES + 1], int opgen_blocks)
+                                                  double (*opgen_values)[OPGEN_LINES_MAX_VALUES + 1], double *opgen_across,
+                                                  int opgen_blocks)
 {
+    (void)opgen_across;
     const int64_t length = call->length;
     int opgen_filled[OPGEN_LINES_SHORT_BLOCKS]; /* each block's lanes in the line */
     OPGEN_UNROLLED
@@ -413,20 +415,20 @@ OPGEN_MICROKERNEL void soft_max_backward_f32_short_of(const opgen_lines_call *ca
 
 /* OPGEN_LINES_GROUP lines of `blocks` blocks at most, 1 to OPGEN_LINES_SHORT_BLOCKS */
 static void soft_max_backward_f32_short(const opgen_lines_call *call, int64_t opgen_first, double (*opgen_values)[OPGEN_LINES_MAX_VALUES + 1],
-                                        int opgen_blocks)
+                                        double *opgen_across, int opgen_blocks)
 {
     switch (opgen_blocks) {
     case 1:
-        soft_max_backward_f32_short_of(call, opgen_first, opgen_values, 1);
+        soft_max_backward_f32_short_of(call, opgen_first, opgen_values, opgen_across, 1);
         break;
     case 2:
-        soft_max_backward_f32_short_of(call, opgen_first, opgen_values, 2);
+        soft_max_backward_f32_short_of(call, opgen_first, opgen_values, opgen_across, 2);
         break;
     case 3:
-        soft_max_backward_f32_short_of(call, opgen_first, opgen_values, 3);
+        soft_max_backward_f32_short_of(call, opgen_first, opgen_values, opgen_across, 3);
         break;
     case 4:
-        soft_max_backward_f32_short_of(call, opgen_first, opgen_values, 4);
+        soft_max_backward_f32_short_of(call, opgen_first, opgen_values, opgen_across, 4);
         break;
     default:
         break;
@@ -449,7 +451,7 @@ static OPGEN_FLATTEN void soft_max_backward_f32_lines(const opgen_lines_call *op
         double opgen_values[OPGEN_LINES_GROUP][OPGEN_LINES_MAX_VALUES + 1];
 #if OPGEN_LINES_SHORT
         if (opgen_short > 0 && opgen_lines == OPGEN_LINES_GROUP) {
-            soft_max_backward_f32_short(opgen_call, opgen_first, opgen_values, opgen_short);
+            soft_max_backward_f32_short(opgen_call, opgen_first, opgen_values, opgen_across, opgen_short);
             continue;
         }
 #endif
@@ -779,8 +781,10 @@ static void soft_max_backward_bf16_apply_columns(const opgen_lines_call *call, i
  * count for nothing: the same bits. `opgen_blocks` a constant in each caller (_short); the
  * outputs in cache (streamed groups take the microkernels above). */
 OPGEN_MICROKERNEL void soft_max_backward_bf16_short_of(const opgen_lines_call *call, int64_t opgen_first,
-                                                   double (*opgen_values)[OPGEN_LINES_MAX_VALUES + 1], int opgen_blocks)
+                                                   double (*opgen_values)[OPGEN_LINES_MAX_VALUES + 1], double *opgen_across,
+                                                   int opgen_blocks)
 {
+    (void)opgen_across;
     const int64_t length = call->length;
     int opgen_filled[OPGEN_LINES_SHORT_BLOCKS]; /* each block's lanes in the line */
     OPGEN_UNROLLED
@@ -871,20 +875,20 @@ OPGEN_MICROKERNEL void soft_max_backward_bf16_short_of(const opgen_lines_call *c
 
 /* OPGEN_LINES_GROUP lines of `blocks` blocks at most, 1 to OPGEN_LINES_SHORT_BLOCKS */
 static void soft_max_backward_bf16_short(const opgen_lines_call *call, int64_t opgen_first, double (*opgen_values)[OPGEN_LINES_MAX_VALUES + 1],
-                                         int opgen_blocks)
+                                         double *opgen_across, int opgen_blocks)
 {
     switch (opgen_blocks) {
     case 1:
-        soft_max_backward_bf16_short_of(call, opgen_first, opgen_values, 1);
+        soft_max_backward_bf16_short_of(call, opgen_first, opgen_values, opgen_across, 1);
         break;
     case 2:
-        soft_max_backward_bf16_short_of(call, opgen_first, opgen_values, 2);
+        soft_max_backward_bf16_short_of(call, opgen_first, opgen_values, opgen_across, 2);
         break;
     case 3:
-        soft_max_backward_bf16_short_of(call, opgen_first, opgen_values, 3);
+        soft_max_backward_bf16_short_of(call, opgen_first, opgen_values, opgen_across, 3);
         break;
     case 4:
-        soft_max_backward_bf16_short_of(call, opgen_first, opgen_values, 4);
+        soft_max_backward_bf16_short_of(call, opgen_first, opgen_values, opgen_across, 4);
         break;
     default:
         break;
@@ -907,7 +911,7 @@ static OPGEN_FLATTEN void soft_max_backward_bf16_lines(const opgen_lines_call *o
         double opgen_values[OPGEN_LINES_GROUP][OPGEN_LINES_MAX_VALUES + 1];
 #if OPGEN_LINES_SHORT
         if (opgen_short > 0 && opgen_lines == OPGEN_LINES_GROUP) {
-            soft_max_backward_bf16_short(opgen_call, opgen_first, opgen_values, opgen_short);
+            soft_max_backward_bf16_short(opgen_call, opgen_first, opgen_values, opgen_across, opgen_short);
             continue;
         }
 #endif
@@ -1237,8 +1241,10 @@ static void soft_max_backward_f16_apply_columns(const opgen_lines_call *call, in
  * count for nothing: the same bits. `opgen_blocks` a constant in each caller (_short); the
  * outputs in cache (streamed groups take the microkernels above). */
 OPGEN_MICROKERNEL void soft_max_backward_f16_short_of(const opgen_lines_call *call, int64_t opgen_first,
-                                                  double (*opgen_values)[OPGEN_LINES_MAX_VALUES + 1], int opgen_blocks)
+                                                  double (*opgen_values)[OPGEN_LINES_MAX_VALUES + 1], double *opgen_across,
+                                                  int opgen_blocks)
 {
+    (void)opgen_across;
     const int64_t length = call->length;
     int opgen_filled[OPGEN_LINES_SHORT_BLOCKS]; /* each block's lanes in the line */
     OPGEN_UNROLLED
@@ -1329,20 +1335,20 @@ OPGEN_MICROKERNEL void soft_max_backward_f16_short_of(const opgen_lines_call *ca
 
 /* OPGEN_LINES_GROUP lines of `blocks` blocks at most, 1 to OPGEN_LINES_SHORT_BLOCKS */
 static void soft_max_backward_f16_short(const opgen_lines_call *call, int64_t opgen_first, double (*opgen_values)[OPGEN_LINES_MAX_VALUES + 1],
-                                        int opgen_blocks)
+                                        double *opgen_across, int opgen_blocks)
 {
     switch (opgen_blocks) {
     case 1:
-        soft_max_backward_f16_short_of(call, opgen_first, opgen_values, 1);
+        soft_max_backward_f16_short_of(call, opgen_first, opgen_values, opgen_across, 1);
         break;
     case 2:
-        soft_max_backward_f16_short_of(call, opgen_first, opgen_values, 2);
+        soft_max_backward_f16_short_of(call, opgen_first, opgen_values, opgen_across, 2);
         break;
     case 3:
-        soft_max_backward_f16_short_of(call, opgen_first, opgen_values, 3);
+        soft_max_backward_f16_short_of(call, opgen_first, opgen_values, opgen_across, 3);
         break;
     case 4:
-        soft_max_backward_f16_short_of(call, opgen_first, opgen_values, 4);
+        soft_max_backward_f16_short_of(call, opgen_first, opgen_values, opgen_across, 4);
         break;
     default:
         break;
@@ -1365,7 +1371,7 @@ static OPGEN_FLATTEN void soft_max_backward_f16_lines(const opgen_lines_call *op
         double opgen_values[OPGEN_LINES_GROUP][OPGEN_LINES_MAX_VALUES + 1];
 #if OPGEN_LINES_SHORT
         if (opgen_short > 0 && opgen_lines == OPGEN_LINES_GROUP) {
-            soft_max_backward_f16_short(opgen_call, opgen_first, opgen_values, opgen_short);
+            soft_max_backward_f16_short(opgen_call, opgen_first, opgen_values, opgen_across, opgen_short);
             continue;
         }
 #endif

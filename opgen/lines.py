@@ -152,10 +152,10 @@ class LinesKernel:
     @property
     def short_lines(self) -> bool:
         """Whether groups of short contiguous lines run in the form that holds them in registers
-        (along_axes.c.j2: _short): a kernel with tensor outputs, no sums across lines and no
-        reduction combined across blocks of axes."""
+        (along_axes.c.j2: _short): a kernel with tensor outputs and no reduction combined across
+        blocks of axes."""
         has_tensor_outputs = any(o.kind == "tensor" for o in self.outputs)
-        return has_tensor_outputs and not self.across and self.combined is None
+        return has_tensor_outputs and self.combined is None
 
     @property
     def line_inputs(self) -> tuple[Operand, ...]:
