@@ -26,6 +26,10 @@ Invariants the template (along_axes.c.j2) and the driver (drivers/opgen_lines.c)
   over the last block of them and combines the partial values of the other blocks, in a fixed
   order, before the line values that follow it (`count`: every element reduced, not the
   line's length);
+- groups of short contiguous lines (LinesKernel.short_lines; plan.LINES_SHORT_BLOCKS) run
+  in one microkernel that holds them in registers and takes each step for every line of the
+  group before the next; it makes the per-line microkernels' operations in their order (sums
+  across lines too, line after line), so a line's bits do not depend on its neighbours;
 - sums across lines (`math.across`, outputs of kind along) are added during the element pass,
   in double, into one row of partial sums per chunk of lines; the chunks are fixed by the
   shape alone and added up in order, so results never depend on the thread count.
