@@ -601,6 +601,8 @@ OPGEN_MICROKERNEL void layer_norm_f32_short_of(const opgen_lines_call *call, int
                 sum_src_lanes[lane] = lane < filled ? sum_src_lanes[lane] + (double)sum_src_term : sum_src_lanes[lane];
             }
         }
+        /* the lanes folded pairwise, halves onto halves: a fixed order, 4 steps deep (written out,
+         * each step a constant count of lanes: whole vectors, not lanes stored and loaded one by one) */
         OPGEN_UNROLLED
         for (int opgen_width = OPGEN_BLOCK / 2; opgen_width > 0; opgen_width /= 2) {
             for (int lane = 0; lane < opgen_width; ++lane) {
@@ -637,6 +639,8 @@ OPGEN_MICROKERNEL void layer_norm_f32_short_of(const opgen_lines_call *call, int
                 sum_squares_lanes[lane] = lane < filled ? sum_squares_lanes[lane] + (double)sum_squares_term : sum_squares_lanes[lane];
             }
         }
+        /* the lanes folded pairwise, halves onto halves: a fixed order, 4 steps deep (written out,
+         * each step a constant count of lanes: whole vectors, not lanes stored and loaded one by one) */
         OPGEN_UNROLLED
         for (int opgen_width = OPGEN_BLOCK / 2; opgen_width > 0; opgen_width /= 2) {
             for (int lane = 0; lane < opgen_width; ++lane) {
@@ -1331,6 +1335,8 @@ OPGEN_MICROKERNEL void layer_norm_bf16_f32_short_of(const opgen_lines_call *call
                 sum_src_lanes[lane] = lane < filled ? sum_src_lanes[lane] + (double)sum_src_term : sum_src_lanes[lane];
             }
         }
+        /* the lanes folded pairwise, halves onto halves: a fixed order, 4 steps deep (written out,
+         * each step a constant count of lanes: whole vectors, not lanes stored and loaded one by one) */
         OPGEN_UNROLLED
         for (int opgen_width = OPGEN_BLOCK / 2; opgen_width > 0; opgen_width /= 2) {
             for (int lane = 0; lane < opgen_width; ++lane) {
@@ -1367,6 +1373,8 @@ OPGEN_MICROKERNEL void layer_norm_bf16_f32_short_of(const opgen_lines_call *call
                 sum_squares_lanes[lane] = lane < filled ? sum_squares_lanes[lane] + (double)sum_squares_term : sum_squares_lanes[lane];
             }
         }
+        /* the lanes folded pairwise, halves onto halves: a fixed order, 4 steps deep (written out,
+         * each step a constant count of lanes: whole vectors, not lanes stored and loaded one by one) */
         OPGEN_UNROLLED
         for (int opgen_width = OPGEN_BLOCK / 2; opgen_width > 0; opgen_width /= 2) {
             for (int lane = 0; lane < opgen_width; ++lane) {
@@ -2061,6 +2069,8 @@ OPGEN_MICROKERNEL void layer_norm_bf16_short_of(const opgen_lines_call *call, in
                 sum_src_lanes[lane] = lane < filled ? sum_src_lanes[lane] + (double)sum_src_term : sum_src_lanes[lane];
             }
         }
+        /* the lanes folded pairwise, halves onto halves: a fixed order, 4 steps deep (written out,
+         * each step a constant count of lanes: whole vectors, not lanes stored and loaded one by one) */
         OPGEN_UNROLLED
         for (int opgen_width = OPGEN_BLOCK / 2; opgen_width > 0; opgen_width /= 2) {
             for (int lane = 0; lane < opgen_width; ++lane) {
@@ -2097,6 +2107,8 @@ OPGEN_MICROKERNEL void layer_norm_bf16_short_of(const opgen_lines_call *call, in
                 sum_squares_lanes[lane] = lane < filled ? sum_squares_lanes[lane] + (double)sum_squares_term : sum_squares_lanes[lane];
             }
         }
+        /* the lanes folded pairwise, halves onto halves: a fixed order, 4 steps deep (written out,
+         * each step a constant count of lanes: whole vectors, not lanes stored and loaded one by one) */
         OPGEN_UNROLLED
         for (int opgen_width = OPGEN_BLOCK / 2; opgen_width > 0; opgen_width /= 2) {
             for (int lane = 0; lane < opgen_width; ++lane) {
@@ -2776,6 +2788,8 @@ OPGEN_MICROKERNEL void layer_norm_f16_f32_short_of(const opgen_lines_call *call,
                 sum_src_lanes[lane] = lane < filled ? sum_src_lanes[lane] + (double)sum_src_term : sum_src_lanes[lane];
             }
         }
+        /* the lanes folded pairwise, halves onto halves: a fixed order, 4 steps deep (written out,
+         * each step a constant count of lanes: whole vectors, not lanes stored and loaded one by one) */
         OPGEN_UNROLLED
         for (int opgen_width = OPGEN_BLOCK / 2; opgen_width > 0; opgen_width /= 2) {
             for (int lane = 0; lane < opgen_width; ++lane) {
@@ -2812,6 +2826,8 @@ OPGEN_MICROKERNEL void layer_norm_f16_f32_short_of(const opgen_lines_call *call,
                 sum_squares_lanes[lane] = lane < filled ? sum_squares_lanes[lane] + (double)sum_squares_term : sum_squares_lanes[lane];
             }
         }
+        /* the lanes folded pairwise, halves onto halves: a fixed order, 4 steps deep (written out,
+         * each step a constant count of lanes: whole vectors, not lanes stored and loaded one by one) */
         OPGEN_UNROLLED
         for (int opgen_width = OPGEN_BLOCK / 2; opgen_width > 0; opgen_width /= 2) {
             for (int lane = 0; lane < opgen_width; ++lane) {

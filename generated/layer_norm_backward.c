@@ -560,11 +560,9 @@ OPGEN_MICROKERNEL void layer_norm_backward_f32_short_of(const opgen_lines_call *
         (void)count;
         const float mean_line = (float)values[0];
         double sum_g_lanes[OPGEN_BLOCK];
-        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-            sum_g_lanes[lane] = (double)-0.0;
-        }
         double sum_g_centered_lanes[OPGEN_BLOCK];
         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+            sum_g_lanes[lane] = (double)-0.0;
             sum_g_centered_lanes[lane] = (double)-0.0;
         }
         OPGEN_UNROLLED
@@ -584,6 +582,8 @@ OPGEN_MICROKERNEL void layer_norm_backward_f32_short_of(const opgen_lines_call *
                 sum_g_centered_lanes[lane] = lane < filled ? sum_g_centered_lanes[lane] + (double)sum_g_centered_term : sum_g_centered_lanes[lane];
             }
         }
+        /* the lanes folded pairwise, halves onto halves: a fixed order, 4 steps deep (written out,
+         * each step a constant count of lanes: whole vectors, not lanes stored and loaded one by one) */
         OPGEN_UNROLLED
         for (int opgen_width = OPGEN_BLOCK / 2; opgen_width > 0; opgen_width /= 2) {
             for (int lane = 0; lane < opgen_width; ++lane) {
@@ -1296,11 +1296,9 @@ OPGEN_MICROKERNEL void layer_norm_backward_bf16_f32_short_of(const opgen_lines_c
         (void)count;
         const float mean_line = (float)values[0];
         double sum_g_lanes[OPGEN_BLOCK];
-        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-            sum_g_lanes[lane] = (double)-0.0;
-        }
         double sum_g_centered_lanes[OPGEN_BLOCK];
         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+            sum_g_lanes[lane] = (double)-0.0;
             sum_g_centered_lanes[lane] = (double)-0.0;
         }
         OPGEN_UNROLLED
@@ -1320,6 +1318,8 @@ OPGEN_MICROKERNEL void layer_norm_backward_bf16_f32_short_of(const opgen_lines_c
                 sum_g_centered_lanes[lane] = lane < filled ? sum_g_centered_lanes[lane] + (double)sum_g_centered_term : sum_g_centered_lanes[lane];
             }
         }
+        /* the lanes folded pairwise, halves onto halves: a fixed order, 4 steps deep (written out,
+         * each step a constant count of lanes: whole vectors, not lanes stored and loaded one by one) */
         OPGEN_UNROLLED
         for (int opgen_width = OPGEN_BLOCK / 2; opgen_width > 0; opgen_width /= 2) {
             for (int lane = 0; lane < opgen_width; ++lane) {
@@ -2032,11 +2032,9 @@ OPGEN_MICROKERNEL void layer_norm_backward_f16_f32_short_of(const opgen_lines_ca
         (void)count;
         const float mean_line = (float)values[0];
         double sum_g_lanes[OPGEN_BLOCK];
-        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-            sum_g_lanes[lane] = (double)-0.0;
-        }
         double sum_g_centered_lanes[OPGEN_BLOCK];
         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+            sum_g_lanes[lane] = (double)-0.0;
             sum_g_centered_lanes[lane] = (double)-0.0;
         }
         OPGEN_UNROLLED
@@ -2056,6 +2054,8 @@ OPGEN_MICROKERNEL void layer_norm_backward_f16_f32_short_of(const opgen_lines_ca
                 sum_g_centered_lanes[lane] = lane < filled ? sum_g_centered_lanes[lane] + (double)sum_g_centered_term : sum_g_centered_lanes[lane];
             }
         }
+        /* the lanes folded pairwise, halves onto halves: a fixed order, 4 steps deep (written out,
+         * each step a constant count of lanes: whole vectors, not lanes stored and loaded one by one) */
         OPGEN_UNROLLED
         for (int opgen_width = OPGEN_BLOCK / 2; opgen_width > 0; opgen_width /= 2) {
             for (int lane = 0; lane < opgen_width; ++lane) {

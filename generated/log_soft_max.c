@@ -432,6 +432,8 @@ OPGEN_MICROKERNEL void log_soft_max_f32_short_of(const opgen_lines_call *call, i
                 max_src_lanes[lane] = lane < filled ? opgen_lines_max_float(max_src_lanes[lane], (float)max_src_term) : max_src_lanes[lane];
             }
         }
+        /* the lanes folded pairwise, halves onto halves: a fixed order, 4 steps deep (written out,
+         * each step a constant count of lanes: whole vectors, not lanes stored and loaded one by one) */
         OPGEN_UNROLLED
         for (int opgen_width = OPGEN_BLOCK / 2; opgen_width > 0; opgen_width /= 2) {
             for (int lane = 0; lane < opgen_width; ++lane) {
@@ -463,6 +465,8 @@ OPGEN_MICROKERNEL void log_soft_max_f32_short_of(const opgen_lines_call *call, i
                 sum_exp_lanes[lane] = lane < filled ? sum_exp_lanes[lane] + (double)sum_exp_term : sum_exp_lanes[lane];
             }
         }
+        /* the lanes folded pairwise, halves onto halves: a fixed order, 4 steps deep (written out,
+         * each step a constant count of lanes: whole vectors, not lanes stored and loaded one by one) */
         OPGEN_UNROLLED
         for (int opgen_width = OPGEN_BLOCK / 2; opgen_width > 0; opgen_width /= 2) {
             for (int lane = 0; lane < opgen_width; ++lane) {
@@ -1021,6 +1025,8 @@ OPGEN_MICROKERNEL void log_soft_max_bf16_short_of(const opgen_lines_call *call, 
                 max_src_lanes[lane] = lane < filled ? opgen_lines_max_float(max_src_lanes[lane], (float)max_src_term) : max_src_lanes[lane];
             }
         }
+        /* the lanes folded pairwise, halves onto halves: a fixed order, 4 steps deep (written out,
+         * each step a constant count of lanes: whole vectors, not lanes stored and loaded one by one) */
         OPGEN_UNROLLED
         for (int opgen_width = OPGEN_BLOCK / 2; opgen_width > 0; opgen_width /= 2) {
             for (int lane = 0; lane < opgen_width; ++lane) {
@@ -1052,6 +1058,8 @@ OPGEN_MICROKERNEL void log_soft_max_bf16_short_of(const opgen_lines_call *call, 
                 sum_exp_lanes[lane] = lane < filled ? sum_exp_lanes[lane] + (double)sum_exp_term : sum_exp_lanes[lane];
             }
         }
+        /* the lanes folded pairwise, halves onto halves: a fixed order, 4 steps deep (written out,
+         * each step a constant count of lanes: whole vectors, not lanes stored and loaded one by one) */
         OPGEN_UNROLLED
         for (int opgen_width = OPGEN_BLOCK / 2; opgen_width > 0; opgen_width /= 2) {
             for (int lane = 0; lane < opgen_width; ++lane) {
@@ -1610,6 +1618,8 @@ OPGEN_MICROKERNEL void log_soft_max_f16_short_of(const opgen_lines_call *call, i
                 max_src_lanes[lane] = lane < filled ? opgen_lines_max_float(max_src_lanes[lane], (float)max_src_term) : max_src_lanes[lane];
             }
         }
+        /* the lanes folded pairwise, halves onto halves: a fixed order, 4 steps deep (written out,
+         * each step a constant count of lanes: whole vectors, not lanes stored and loaded one by one) */
         OPGEN_UNROLLED
         for (int opgen_width = OPGEN_BLOCK / 2; opgen_width > 0; opgen_width /= 2) {
             for (int lane = 0; lane < opgen_width; ++lane) {
@@ -1641,6 +1651,8 @@ OPGEN_MICROKERNEL void log_soft_max_f16_short_of(const opgen_lines_call *call, i
                 sum_exp_lanes[lane] = lane < filled ? sum_exp_lanes[lane] + (double)sum_exp_term : sum_exp_lanes[lane];
             }
         }
+        /* the lanes folded pairwise, halves onto halves: a fixed order, 4 steps deep (written out,
+         * each step a constant count of lanes: whole vectors, not lanes stored and loaded one by one) */
         OPGEN_UNROLLED
         for (int opgen_width = OPGEN_BLOCK / 2; opgen_width > 0; opgen_width /= 2) {
             for (int lane = 0; lane < opgen_width; ++lane) {

@@ -387,6 +387,8 @@ OPGEN_MICROKERNEL void log_soft_max_backward_f32_short_of(const opgen_lines_call
                 sum_diff_dst_lanes[lane] = lane < filled ? sum_diff_dst_lanes[lane] + (double)sum_diff_dst_term : sum_diff_dst_lanes[lane];
             }
         }
+        /* the lanes folded pairwise, halves onto halves: a fixed order, 4 steps deep (written out,
+         * each step a constant count of lanes: whole vectors, not lanes stored and loaded one by one) */
         OPGEN_UNROLLED
         for (int opgen_width = OPGEN_BLOCK / 2; opgen_width > 0; opgen_width /= 2) {
             for (int lane = 0; lane < opgen_width; ++lane) {
@@ -891,6 +893,8 @@ OPGEN_MICROKERNEL void log_soft_max_backward_bf16_short_of(const opgen_lines_cal
                 sum_diff_dst_lanes[lane] = lane < filled ? sum_diff_dst_lanes[lane] + (double)sum_diff_dst_term : sum_diff_dst_lanes[lane];
             }
         }
+        /* the lanes folded pairwise, halves onto halves: a fixed order, 4 steps deep (written out,
+         * each step a constant count of lanes: whole vectors, not lanes stored and loaded one by one) */
         OPGEN_UNROLLED
         for (int opgen_width = OPGEN_BLOCK / 2; opgen_width > 0; opgen_width /= 2) {
             for (int lane = 0; lane < opgen_width; ++lane) {
@@ -1395,6 +1399,8 @@ OPGEN_MICROKERNEL void log_soft_max_backward_f16_short_of(const opgen_lines_call
                 sum_diff_dst_lanes[lane] = lane < filled ? sum_diff_dst_lanes[lane] + (double)sum_diff_dst_term : sum_diff_dst_lanes[lane];
             }
         }
+        /* the lanes folded pairwise, halves onto halves: a fixed order, 4 steps deep (written out,
+         * each step a constant count of lanes: whole vectors, not lanes stored and loaded one by one) */
         OPGEN_UNROLLED
         for (int opgen_width = OPGEN_BLOCK / 2; opgen_width > 0; opgen_width /= 2) {
             for (int lane = 0; lane < opgen_width; ++lane) {

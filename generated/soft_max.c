@@ -442,6 +442,8 @@ OPGEN_MICROKERNEL void soft_max_f32_short_of(const opgen_lines_call *call, int64
                 max_src_lanes[lane] = lane < filled ? opgen_lines_max_float(max_src_lanes[lane], (float)max_src_term) : max_src_lanes[lane];
             }
         }
+        /* the lanes folded pairwise, halves onto halves: a fixed order, 4 steps deep (written out,
+         * each step a constant count of lanes: whole vectors, not lanes stored and loaded one by one) */
         OPGEN_UNROLLED
         for (int opgen_width = OPGEN_BLOCK / 2; opgen_width > 0; opgen_width /= 2) {
             for (int lane = 0; lane < opgen_width; ++lane) {
@@ -474,6 +476,8 @@ OPGEN_MICROKERNEL void soft_max_f32_short_of(const opgen_lines_call *call, int64
                 dst_kept_blocks[opgen_line][opgen_block][lane] = sum_exp_term;
             }
         }
+        /* the lanes folded pairwise, halves onto halves: a fixed order, 4 steps deep (written out,
+         * each step a constant count of lanes: whole vectors, not lanes stored and loaded one by one) */
         OPGEN_UNROLLED
         for (int opgen_width = OPGEN_BLOCK / 2; opgen_width > 0; opgen_width /= 2) {
             for (int lane = 0; lane < opgen_width; ++lane) {
@@ -1073,6 +1077,8 @@ OPGEN_MICROKERNEL void soft_max_bf16_short_of(const opgen_lines_call *call, int6
                 max_src_lanes[lane] = lane < filled ? opgen_lines_max_float(max_src_lanes[lane], (float)max_src_term) : max_src_lanes[lane];
             }
         }
+        /* the lanes folded pairwise, halves onto halves: a fixed order, 4 steps deep (written out,
+         * each step a constant count of lanes: whole vectors, not lanes stored and loaded one by one) */
         OPGEN_UNROLLED
         for (int opgen_width = OPGEN_BLOCK / 2; opgen_width > 0; opgen_width /= 2) {
             for (int lane = 0; lane < opgen_width; ++lane) {
@@ -1105,6 +1111,8 @@ OPGEN_MICROKERNEL void soft_max_bf16_short_of(const opgen_lines_call *call, int6
                 dst_kept_blocks[opgen_line][opgen_block][lane] = sum_exp_term;
             }
         }
+        /* the lanes folded pairwise, halves onto halves: a fixed order, 4 steps deep (written out,
+         * each step a constant count of lanes: whole vectors, not lanes stored and loaded one by one) */
         OPGEN_UNROLLED
         for (int opgen_width = OPGEN_BLOCK / 2; opgen_width > 0; opgen_width /= 2) {
             for (int lane = 0; lane < opgen_width; ++lane) {
@@ -1715,6 +1723,8 @@ OPGEN_MICROKERNEL void soft_max_f16_short_of(const opgen_lines_call *call, int64
                 max_src_lanes[lane] = lane < filled ? opgen_lines_max_float(max_src_lanes[lane], (float)max_src_term) : max_src_lanes[lane];
             }
         }
+        /* the lanes folded pairwise, halves onto halves: a fixed order, 4 steps deep (written out,
+         * each step a constant count of lanes: whole vectors, not lanes stored and loaded one by one) */
         OPGEN_UNROLLED
         for (int opgen_width = OPGEN_BLOCK / 2; opgen_width > 0; opgen_width /= 2) {
             for (int lane = 0; lane < opgen_width; ++lane) {
@@ -1747,6 +1757,8 @@ OPGEN_MICROKERNEL void soft_max_f16_short_of(const opgen_lines_call *call, int64
                 dst_kept_blocks[opgen_line][opgen_block][lane] = sum_exp_term;
             }
         }
+        /* the lanes folded pairwise, halves onto halves: a fixed order, 4 steps deep (written out,
+         * each step a constant count of lanes: whole vectors, not lanes stored and loaded one by one) */
         OPGEN_UNROLLED
         for (int opgen_width = OPGEN_BLOCK / 2; opgen_width > 0; opgen_width /= 2) {
             for (int lane = 0; lane < opgen_width; ++lane) {

@@ -373,6 +373,8 @@ OPGEN_MICROKERNEL void soft_max_backward_f32_short_of(const opgen_lines_call *ca
                 dot_lanes[lane] = lane < filled ? dot_lanes[lane] + (double)dot_term : dot_lanes[lane];
             }
         }
+        /* the lanes folded pairwise, halves onto halves: a fixed order, 4 steps deep (written out,
+         * each step a constant count of lanes: whole vectors, not lanes stored and loaded one by one) */
         OPGEN_UNROLLED
         for (int opgen_width = OPGEN_BLOCK / 2; opgen_width > 0; opgen_width /= 2) {
             for (int lane = 0; lane < opgen_width; ++lane) {
@@ -833,6 +835,8 @@ OPGEN_MICROKERNEL void soft_max_backward_bf16_short_of(const opgen_lines_call *c
                 dot_lanes[lane] = lane < filled ? dot_lanes[lane] + (double)dot_term : dot_lanes[lane];
             }
         }
+        /* the lanes folded pairwise, halves onto halves: a fixed order, 4 steps deep (written out,
+         * each step a constant count of lanes: whole vectors, not lanes stored and loaded one by one) */
         OPGEN_UNROLLED
         for (int opgen_width = OPGEN_BLOCK / 2; opgen_width > 0; opgen_width /= 2) {
             for (int lane = 0; lane < opgen_width; ++lane) {
@@ -1293,6 +1297,8 @@ OPGEN_MICROKERNEL void soft_max_backward_f16_short_of(const opgen_lines_call *ca
                 dot_lanes[lane] = lane < filled ? dot_lanes[lane] + (double)dot_term : dot_lanes[lane];
             }
         }
+        /* the lanes folded pairwise, halves onto halves: a fixed order, 4 steps deep (written out,
+         * each step a constant count of lanes: whole vectors, not lanes stored and loaded one by one) */
         OPGEN_UNROLLED
         for (int opgen_width = OPGEN_BLOCK / 2; opgen_width > 0; opgen_width /= 2) {
             for (int lane = 0; lane < opgen_width; ++lane) {
