@@ -149,9 +149,20 @@ static int opgen_last_cache_kib(void)
 /* KiB: OPGEN_STREAM_BYTES's (negative) or the last-level cache's; 0 until read. Any thread
  * that reads it first writes the same value. */
 static int opgen_stream_kib = 0;
+/* Bytes given to opgen_set_stream_threshold (`opgen tune`'s measurement); 0: none given. */
+static int64_t opgen_stream_set_bytes = 0;
+
+void opgen_set_stream_threshold(int64_t bytes)
+{
+    OPGEN_ATOMIC_STORE(opgen_stream_set_bytes, bytes > 0 ? bytes : 0);
+}
 
 int64_t opgen_stream_threshold(void)
 {
+    const int64_t set = OPGEN_ATOMIC_LOAD(opgen_stream_set_bytes);
+    if (set > 0) {
+        return set;
+    }
     int kib = OPGEN_ATOMIC_LOAD(opgen_stream_kib);
     if (kib == 0) {
         const char *given = getenv("OPGEN_STREAM_BYTES");

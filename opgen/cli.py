@@ -203,7 +203,10 @@ def _info(args: argparse.Namespace) -> int:
         f"opgen {details['version']}: kernels run the {details['cpu_target']} copy{hint}, {details['threads']} threads"
     )
     stream = details["stream_from_bytes"]
-    print(f"  outputs stream past the caches from {stream / 2**20:g} MiB moved a call (OPGEN_STREAM_BYTES sets it)")
+    print(
+        f"  outputs stream past the caches from {stream / 2**20:g} MiB moved a call"
+        " (`opgen tune` measures it; OPGEN_STREAM_BYTES sets it)"
+    )
     print(
         f"  calls take threads from {details['parallel_threshold']} elements of work"
         " (`opgen tune` measures it; OPGEN_PARALLEL_THRESHOLD sets it)"
@@ -220,18 +223,26 @@ def _tune(args: argparse.Namespace) -> int:
     if opgen.get_num_threads() < 2:
         print("opgen tune: one thread (OMP_NUM_THREADS, or a single core): no threads to tune", file=sys.stderr)
         return 1
-    result = tune.measure(min_time=args.min_time)
+    result = tune.measure(min_time=args.min_time, largest=args.largest << 20)
     print(f"ReLU backward f32 from C, {result.threads} threads against one (median seconds):")
     for n, (one, many) in sorted(result.seconds.items()):
         print(f"  {n:>8} elements: one thread {one * 1e6:9.1f} us, {result.threads} threads {many * 1e6:9.1f} us")
     print(f"calls take threads from {result.parallel_threshold} elements of work")
+    print(f"the same on {result.threads} threads, outputs stored in cache against streamed (median seconds):")
+    for n, (stored, streamed) in sorted(result.stream_seconds.items()):
+        print(f"  {n / 2**20:>6g} MiB moved: stored {stored * 1e6:9.1f} us, streamed {streamed * 1e6:9.1f} us")
+    print(f"outputs stream from {result.stream_threshold / 2**20:g} MiB moved a call")
     if args.dry_run:
         return 0
     where = tune.save(result)
-    print(f"kept in {where} (for {result.cpu}, {result.threads} threads; OPGEN_PARALLEL_THRESHOLD overrides it)")
-    if "OPGEN_PARALLEL_THRESHOLD" in os.environ:
-        given = os.environ["OPGEN_PARALLEL_THRESHOLD"]
-        print(f"note: OPGEN_PARALLEL_THRESHOLD={given} is set here: calls in this environment keep it", file=sys.stderr)
+    print(
+        f"kept in {where} (for {result.cpu}, {result.threads} threads;"
+        " OPGEN_PARALLEL_THRESHOLD and OPGEN_STREAM_BYTES override it)"
+    )
+    for variable in ("OPGEN_PARALLEL_THRESHOLD", "OPGEN_STREAM_BYTES"):
+        if variable in os.environ:
+            given = os.environ[variable]
+            print(f"note: {variable}={given} is set here: calls in this environment keep it", file=sys.stderr)
     return 0
 
 
@@ -267,6 +278,33 @@ def _docs(args: argparse.Namespace) -> int:
     return 0
 
 
+def _positive_int(text: str) -> int:
+    """argparse's type for a count that must be positive."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive whole number, not {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive whole number, not {value}")
+    return value
+
+
+def _add_tune(commands: Any) -> None:
+    """The `opgen tune` command's arguments."""
+    tuning = commands.add_parser(
+        "tune", help="measure from which sizes calls take threads and stream their outputs on this machine, and keep it"
+    )
+    tuning.add_argument("--min-time", type=float, default=0.2, help="seconds each size is timed at least")
+    tuning.add_argument(
+        "--largest",
+        type=_positive_int,
+        default=1024,
+        help="the largest call the stream measurement makes, in MiB moved (default 1024)",
+    )
+    tuning.add_argument("--dry-run", action="store_true", help="measure and print, keep nothing")
+    tuning.set_defaults(run=_tune)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="opgen", description="Generate, compile and list deep-learning kernels.")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -287,10 +325,7 @@ def main(argv: list[str] | None = None) -> int:
     listing.set_defaults(run=_list)
     info = commands.add_parser("info", help="which compiled copy (CPU target) and how many threads the kernels use")
     info.set_defaults(run=_info)
-    tuning = commands.add_parser("tune", help="measure from which size calls take threads on this machine, and keep it")
-    tuning.add_argument("--min-time", type=float, default=0.2, help="seconds each size is timed at least")
-    tuning.add_argument("--dry-run", action="store_true", help="measure and print, keep nothing")
-    tuning.set_defaults(run=_tune)
+    _add_tune(commands)
     bench = commands.add_parser("bench", help="measure every op variant against the machine's bandwidth")
     bench.add_argument(
         "--sizes",

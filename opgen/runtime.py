@@ -95,13 +95,16 @@ class OpLibrary:
 
 
 def _apply_tuning(lib: Any) -> None:
-    """`opgen tune`'s threshold for this machine into a module's runtime, when one applies (when
+    """`opgen tune`'s thresholds for this machine into a module's runtime, where they apply (when
     the module loads: `import opgen` compiles and loads nothing)."""
     from opgen import tune
 
     threshold = tune.threshold_for(lib)
     if threshold is not None:
         lib.opgen_set_parallel_threshold(threshold)
+    stream = tune.stream_threshold_for(lib)
+    if stream is not None:
+        lib.opgen_set_stream_threshold(stream)
 
 
 def _check_target_setting() -> None:

@@ -1,12 +1,19 @@
 """`opgen tune`: the work from which a call runs on more than one thread (opgen.h,
-opgen_parallel_threshold), measured on this machine and kept for the next processes.
+opgen_parallel_threshold) and the bytes from which its outputs stream past the caches
+(opgen_stream_threshold), measured on this machine and kept for the next processes.
 
 The measurement: ReLU backward in f32 (one unit of work an element, the cheapest per element, so
 the one whose threads pay last), at sizes doubling from SIZES[0], timed from C with the threads
 forced on (threshold 1) and off (a threshold above the size), in turn. The threshold is the
-smallest size from which the team is never slower than one thread. The result is kept in the
-cache directory (tuning.json; OPGEN_TUNING_FILE names another file) for this CPU and thread
-count; `import opgen` applies it unless OPGEN_PARALLEL_THRESHOLD is set, which always wins."""
+smallest size from which the team is never slower than one thread. Then the same call at sizes
+doubling from STREAM_SIZES[0] bytes moved, its outputs stored in cache (a stream threshold above
+the size) and streamed (threshold 1), each timed in its own run of calls: the stream threshold
+is the smallest size from which streamed stores always save a twentieth of the time or more. The
+cache the CPU reports, the default's measure, may not be the process's to fill: a virtual
+machine reports its host's (docs/performance-changes.md). The result is kept in the cache
+directory (tuning.json; OPGEN_TUNING_FILE names another file) for this CPU and thread
+count; `import opgen` applies it unless OPGEN_PARALLEL_THRESHOLD (OPGEN_STREAM_BYTES) is set,
+which always wins."""
 
 from __future__ import annotations
 
@@ -15,7 +22,7 @@ import os
 import platform
 import statistics
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +32,15 @@ from opgen import plan
 from opgen.compile import cache_root
 
 SIZES = tuple(2**k for k in range(11, 21))  # 2 K to 1 M elements
+# bytes a call moves, 2 MiB up to 1 GiB (past any cache a process of a few threads fills); the
+# sweep stops once streamed stores have won at STREAM_WINS sizes in a row
+STREAM_SIZES = tuple(2**k for k in range(21, 31))
+STREAM_WINS = 3
+# a win for streamed stores: a twentieth of the time saved or more. Where both ways take about the
+# same time (a tensor in a cache other tenants share), stores in cache leave the output there
+# for the next call to read.
+STREAM_GAIN = 0.95
+NEVER = 1 << 62  # a threshold no call reaches
 FILE = "tuning.json"
 
 
@@ -35,6 +51,9 @@ class Tuning:
     parallel_threshold: int  # the work from which calls take threads (opgen.h)
     # size -> (seconds on one thread, seconds with the team): what the threshold came from
     seconds: dict[int, tuple[float, float]]
+    stream_threshold: int = 0  # bytes moved from which outputs stream (opgen.h); 0: not measured
+    # bytes moved -> (seconds with outputs stored in cache, seconds streamed)
+    stream_seconds: dict[int, tuple[float, float]] = field(default_factory=dict)
 
 
 def cpu_name() -> str:
@@ -48,22 +67,25 @@ def cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
-def threshold_from(seconds: dict[int, tuple[float, float]]) -> int:
-    """The smallest measured size from which the team is never slower than one thread; past
-    the largest size when it always is."""
+def threshold_from(seconds: dict[int, tuple[float, float]], gain: float = 1.0) -> int:
+    """The smallest measured size from which the second way (the team; streamed stores) never
+    takes more than `gain` times the first's time (one thread; stores in cache); past the
+    largest size when none is."""
     sizes = sorted(seconds)
-    paying = [n for n in sizes if seconds[n][1] <= seconds[n][0]]
+    paying = [n for n in sizes if seconds[n][1] <= gain * seconds[n][0]]
     for n in paying:
         if all(n2 in paying for n2 in sizes if n2 >= n):
             return n
     return 2 * sizes[-1] if sizes else plan.PARALLEL_THRESHOLD
 
 
-def measure(min_time: float = 0.2, sizes: tuple[int, ...] = SIZES, rounds: int = 3) -> Tuning:
+def measure(
+    min_time: float = 0.2, sizes: tuple[int, ...] = SIZES, rounds: int = 3, largest: int | None = None
+) -> Tuning:
     """Times the calls (module docstring) on the bundled library's threads: `rounds` sweeps over
     the sizes, each size's time the median of its sweeps' medians (a burst of other work during
     one sweep moved single sizes by 30 % and more, and a lone slow team at 1 M elements set the
-    threshold there)."""
+    threshold there). `largest`: the stream sweep's largest size in bytes moved (default 1 GiB)."""
     import opgen
     from opgen.bench import _median_times
     from opgen.runtime import c_entry_call
@@ -86,7 +108,45 @@ def measure(min_time: float = 0.2, sizes: tuple[int, ...] = SIZES, rounds: int =
         lib.opgen_set_parallel_threshold(kept)
     seconds = {n: (statistics.median(a for a, _ in s), statistics.median(b for _, b in s)) for n, s in sweeps.items()}
     found = threshold_from(seconds) if threads > 1 else plan.PARALLEL_THRESHOLD
-    return Tuning(cpu_name(), threads, found, seconds)
+    streamed = measure_stream(min_time, STREAM_SIZES if largest is None else _up_to(largest), rounds)
+    return Tuning(cpu_name(), threads, found, seconds, threshold_from(streamed, STREAM_GAIN), streamed)
+
+
+def _up_to(largest: int) -> tuple[int, ...]:
+    return tuple(n for n in STREAM_SIZES if n <= largest) or STREAM_SIZES[:1]
+
+
+def measure_stream(min_time: float, sizes: tuple[int, ...], rounds: int) -> dict[int, tuple[float, float]]:
+    """bytes moved -> (median seconds with outputs stored in cache, streamed) of the call
+    (module docstring), in ascending sizes until streamed stores win at STREAM_WINS in a row,
+    or the sizes, or a sixteenth of the memory, run out. Each way runs alone, a call first to
+    put its data where its own calls leave them: calls of the two ways in turn each found
+    the output where the other had left it."""
+    import opgen
+    from opgen.bench import _median_time
+    from opgen.runtime import c_entry_call
+
+    lib = opgen.bundled.module.lib
+    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") if hasattr(os, "sysconf") else 1 << 34
+    seconds: dict[int, tuple[float, float]] = {}
+    wins = 0
+    try:
+        for moved in (n for n in sizes if 16 * n <= memory):
+            count = moved // 12  # two f32 inputs and an f32 output
+            src = (np.arange(count, dtype=np.float32) % 7) - 3.0
+            call = c_entry_call(opgen.relu_backward, np.ones(count, np.float32), src, out=np.empty(count, np.float32))
+            ways: list[list[float]] = [[], []]
+            for _ in range(rounds):
+                for way, threshold in zip(ways, (NEVER, 1)):
+                    lib.opgen_set_stream_threshold(threshold)
+                    way.append(_median_time(call, min_time / rounds))
+            seconds[moved] = (statistics.median(ways[0]), statistics.median(ways[1]))
+            wins = wins + 1 if seconds[moved][1] <= STREAM_GAIN * seconds[moved][0] else 0
+            if wins == STREAM_WINS:
+                break
+    finally:
+        lib.opgen_set_stream_threshold(0)
+    return seconds
 
 
 def _timed(lib: Any, call: Callable[[], Any], threshold: int) -> Callable[[], None]:
@@ -125,6 +185,9 @@ def saved(where: Path | None = None) -> Tuning | None:
             threads=int(data["threads"]),
             parallel_threshold=int(data["parallel_threshold"]),
             seconds={int(n): (float(a), float(b)) for n, (a, b) in data["seconds"].items()},
+            # absent from a tuning kept before streaming was measured
+            stream_threshold=int(data.get("stream_threshold", 0)),
+            stream_seconds={int(n): (float(a), float(b)) for n, (a, b) in data.get("stream_seconds", {}).items()},
         )
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
@@ -133,9 +196,18 @@ def saved(where: Path | None = None) -> Tuning | None:
 def threshold_for(lib: Any, where: Path | None = None) -> int | None:
     """The kept threshold for a library's runtime when it applies: this CPU, the library's thread
     count, no OPGEN_PARALLEL_THRESHOLD in the environment and a positive value; else None."""
-    if "OPGEN_PARALLEL_THRESHOLD" in os.environ:
+    return _kept_for(lib, "OPGEN_PARALLEL_THRESHOLD", where, lambda t: t.parallel_threshold)
+
+
+def stream_threshold_for(lib: Any, where: Path | None = None) -> int | None:
+    """The kept stream threshold, as threshold_for (OPGEN_STREAM_BYTES in the environment wins)."""
+    return _kept_for(lib, "OPGEN_STREAM_BYTES", where, lambda t: t.stream_threshold)
+
+
+def _kept_for(lib: Any, variable: str, where: Path | None, value: Callable[[Tuning], int]) -> int | None:
+    if variable in os.environ:
         return None
     tuning = saved(where)
-    if tuning is None or tuning.parallel_threshold <= 0 or tuning.cpu != cpu_name():
+    if tuning is None or value(tuning) <= 0 or tuning.cpu != cpu_name():
         return None
-    return tuning.parallel_threshold if tuning.threads == int(lib.opgen_get_num_threads()) else None
+    return value(tuning) if tuning.threads == int(lib.opgen_get_num_threads()) else None

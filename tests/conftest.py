@@ -18,7 +18,8 @@ from tests.helpers import SEED
 
 # The tests size their streamed cases from plan.STREAM_BYTES: the kernels stream from there
 # (in this process and in the builds it runs) rather than from this machine's last-level cache
-# (opgen_stream_threshold; tests/test_c_api.py checks that reading)
+# or from a threshold `opgen tune` kept (opgen_stream_threshold; tests/test_c_api.py checks that
+# reading)
 os.environ["OPGEN_STREAM_BYTES"] = str(plan.STREAM_BYTES)
 # and take threads from plan.PARALLEL_THRESHOLD, not from a threshold `opgen tune` kept in the
 # cache of the machine that runs them (tests/test_tune.py checks that reading)

@@ -689,15 +689,17 @@ def _largest_cache_bytes() -> int | None:
 
 @pytest.mark.parametrize("threads", ["1", "2"])
 @pytest.mark.parametrize("given", [None, "1048576", "1000", "0", "-5", "16M", ""])
-def test_outputs_stream_from_the_last_level_cache_or_the_environment(given, threads):
+def test_outputs_stream_from_the_last_level_cache_or_the_environment(given, threads, tmp_path):
     """opgen_stream_threshold: OPGEN_STREAM_BYTES when it is a positive count of bytes (rounded
     up to KiB); else the largest cache the system reports (plan.STREAM_BYTES if none), at most
-    plan.STREAM_BYTES on one thread. Read in a fresh process: the environment is read once."""
+    plan.STREAM_BYTES on one thread. Read in a fresh process: the environment is read once.
+    (No tuning kept: tests/test_tune.py checks the one `opgen tune` keeps.)"""
     import os
     import sys
 
     environment = {k: v for k, v in os.environ.items() if k != "OPGEN_STREAM_BYTES"}
     environment["OMP_NUM_THREADS"] = threads
+    environment["OPGEN_TUNING_FILE"] = str(tmp_path / "none.json")
     if given is not None:
         environment["OPGEN_STREAM_BYTES"] = given
     code = "import opgen; print(opgen.info()['stream_from_bytes'])"

@@ -22,9 +22,13 @@ LIB = opgen.bundled.module.lib
 NEVER = 1 << 60  # a threshold no call reaches: one thread
 
 
+# conftest sets both for every test; the processes these tests start read a kept tuning instead
+TUNED_BY_THE_ENVIRONMENT = ("OPGEN_PARALLEL_THRESHOLD", "OPGEN_STREAM_BYTES")
+
+
 def _python(code: str, env: dict[str, str]) -> str:
-    """`code`'s output in a new process with `env` added (and the tests' threshold removed)."""
-    environment = {k: v for k, v in os.environ.items() if k != "OPGEN_PARALLEL_THRESHOLD"} | env
+    """`code`'s output in a new process with `env` added (and the tests' thresholds removed)."""
+    environment = {k: v for k, v in os.environ.items() if k not in TUNED_BY_THE_ENVIRONMENT} | env
     result = subprocess.run([sys.executable, "-c", code], env=environment, capture_output=True, text=True, check=True)
     return result.stdout.strip()
 
@@ -95,6 +99,42 @@ def test_the_threshold_is_where_the_team_stops_losing():
     assert tune.threshold_from(seconds) == 8192  # 2048 paid, then 4096 did not
     assert tune.threshold_from({n: (1.0, 0.5) for n in (10, 20)}) == 10
     assert tune.threshold_from({n: (1.0, 2.0) for n in (10, 20)}) == 40  # never: past the sizes measured
+    # streamed stores must save a twentieth: 2 MiB's 0.97 is no win, 4 MiB's 0.95 is
+    streamed = {1 << 21: (1.0, 0.97), 1 << 22: (1.0, 0.95), 1 << 23: (1.0, 0.7)}
+    assert tune.threshold_from(streamed, tune.STREAM_GAIN) == 1 << 22
+
+
+def test_the_stream_threshold_comes_from_the_setter_and_back():
+    """opgen_set_stream_threshold replaces the threshold in use (here conftest's
+    OPGEN_STREAM_BYTES); 0 or less gives the default back. Results never depend on it: a call
+    streamed and the same call stored give the same bits."""
+    assert LIB.opgen_stream_threshold() == plan.STREAM_BYTES
+    generator = rng("stream setter")
+    x, d = (generator.standard_normal(40_000).astype(np.float32) for _ in range(2))
+    calls = [
+        lambda: opgen.relu_backward(d, x),
+        lambda: opgen.soft_max(x.reshape(400, 100), axis=1),
+        lambda: opgen.prelu_backward(
+            x.reshape(1, 100, 20, 20), x[:100].copy(), d.reshape(1, 100, 20, 20), data_format="NCX"
+        ),
+    ]
+    try:
+        for setting in (1, -7, 1 << 40, 0):
+            LIB.opgen_set_stream_threshold(setting)
+            expected = setting if setting > 0 else plan.STREAM_BYTES
+            assert LIB.opgen_stream_threshold() == expected and opgen.info()["stream_from_bytes"] == expected
+        LIB.opgen_set_stream_threshold(1)
+        streamed = [call() for call in calls]
+        LIB.opgen_set_stream_threshold(1 << 40)
+        stored = [call() for call in calls]
+    finally:
+        LIB.opgen_set_stream_threshold(0)
+    assert LIB.opgen_stream_threshold() == plan.STREAM_BYTES
+    outputs = [
+        (a, b) for s, t in zip(streamed, stored, strict=True) for a, b in zip(_arrays(s), _arrays(t), strict=True)
+    ]
+    for a, b in outputs:
+        assert np.array_equal(a.view(np.uint8), b.view(np.uint8))
 
 
 def _kept(where: Path, **change: object) -> Path:
@@ -126,19 +166,42 @@ def test_a_kept_tuning_applies_on_its_machine_only(tmp_path, change, environment
     assert _python(read, env) == str(expected)
 
 
+@pytest.mark.parametrize(
+    "change, environment, expected",
+    [
+        ({}, {}, 88 << 20),
+        ({}, {"OPGEN_STREAM_BYTES": "4194304"}, 4 << 20),  # the environment wins
+        ({"cpu": "another CPU"}, {}, None),
+        ({"threads": 3}, {}, None),
+        ({"stream_threshold": 0}, {}, None),  # measured nothing: the default
+        ({"stream_threshold": "many"}, {}, None),
+    ],
+)
+def test_a_kept_stream_threshold_applies_on_its_machine_only(tmp_path, change, environment, expected):
+    kept = _kept(tmp_path / "tuning.json", **({"stream_threshold": 88 << 20} | change))
+    read = "import opgen; print(opgen.info()['stream_from_bytes'])"
+    result = _python(read, {"OPGEN_TUNING_FILE": str(kept), "OMP_NUM_THREADS": "2", **environment})
+    if expected is None:  # the default: what a process with no tuning kept reads
+        expected = int(_python(read, {"OPGEN_TUNING_FILE": str(tmp_path / "none.json"), "OMP_NUM_THREADS": "2"}))
+    assert result == str(expected)
+
+
 def test_a_tuning_is_written_whole_and_read_back(tmp_path):
-    measured = tune.Tuning("a CPU", 2, 65536, {2048: (1e-6, 2e-6), 4096: (2e-6, 1e-6)})
+    measured = tune.Tuning("a CPU", 2, 65536, {2048: (1e-6, 2e-6), 4096: (2e-6, 1e-6)}, 1 << 27, {1 << 27: (2.0, 1.0)})
     where = tune.save(measured, tmp_path / "tuning.json")
     assert tune.saved(where) == measured and [p.name for p in tmp_path.iterdir()] == ["tuning.json"]
+    # one kept before streaming was measured: read, with no stream threshold
+    where.write_text(json.dumps({"cpu": "a CPU", "threads": 2, "parallel_threshold": 5, "seconds": {}}))
+    assert tune.saved(where) == tune.Tuning("a CPU", 2, 5, {})
     where.write_text("{ not json")
     assert tune.saved(where) is None
 
 
 def test_opgen_tune_measures_and_keeps_nothing_on_a_dry_run(tmp_path):
     env = {"OPGEN_TUNING_FILE": str(tmp_path / "kept.json"), "OMP_NUM_THREADS": "2"}
-    environment = {k: v for k, v in os.environ.items() if k != "OPGEN_PARALLEL_THRESHOLD"} | env
+    environment = {k: v for k, v in os.environ.items() if k not in TUNED_BY_THE_ENVIRONMENT} | env
     run = subprocess.run(
-        [sys.executable, "-m", "opgen.cli", "tune", "--dry-run", "--min-time", "0.01"],
+        [sys.executable, "-m", "opgen.cli", "tune", "--dry-run", "--min-time", "0.01", "--largest", "8"],
         env=environment,
         capture_output=True,
         text=True,
@@ -146,8 +209,9 @@ def test_opgen_tune_measures_and_keeps_nothing_on_a_dry_run(tmp_path):
     )
     assert run.returncode == 0, run.stderr
     assert "2 threads" in run.stdout and "calls take threads from" in run.stdout
+    assert "8 MiB moved:" in run.stdout and "16 MiB moved:" not in run.stdout and "outputs stream from" in run.stdout
     assert not (tmp_path / "kept.json").exists()
-    command = [sys.executable, "-m", "opgen.cli", "tune", "--min-time", "0.01"]
+    command = [sys.executable, "-m", "opgen.cli", "tune", "--min-time", "0.01", "--largest", "8"]
     kept = subprocess.run(command, env=environment, capture_output=True, text=True, check=False)
     assert kept.returncode == 0, kept.stderr
     assert tune.saved(tmp_path / "kept.json") is not None and "note:" not in kept.stderr
