@@ -46,6 +46,18 @@ static int opgen_cpu_has_avx512bf16(void)
 }
 #endif
 
+/* 1 under a hypervisor (CPUID leaf 1, ECX bit 31), whose guests see the host's caches. Read
+ * once: in a guest, CPUID itself exits to the hypervisor. */
+static int opgen_cpu_is_guest(void)
+{
+#if OPGEN_X86_DISPATCH
+    unsigned int eax = 0, ebx = 0, ecx = 0, edx = 0;
+    return __get_cpuid(1, &eax, &ebx, &ecx, &edx) && ((ecx >> 31) & 1u);
+#else
+    return 0;
+#endif
+}
+
 /* 1 when the avx512_bf16 target runs (opgen_internal.h) */
 int opgen_bf16_instruction = 0;
 
@@ -146,9 +158,10 @@ static int opgen_last_cache_kib(void)
     return kib;
 }
 
-/* KiB: OPGEN_STREAM_BYTES's (negative) or the last-level cache's; 0 until read. Any thread
- * that reads it first writes the same value. */
+/* KiB: OPGEN_STREAM_BYTES's (negative) or the last-level cache's; and opgen_cpu_is_guest() +
+ * 1: 0 until read. Any thread that reads one first writes the same value. */
 static int opgen_stream_kib = 0;
+static int opgen_stream_guest = 0;
 /* Bytes given to opgen_set_stream_threshold (`opgen tune`'s measurement); 0: none given. */
 static int64_t opgen_stream_set_bytes = 0;
 
@@ -179,11 +192,19 @@ int64_t opgen_stream_threshold(void)
     if (kib < 0) {
         return (int64_t)-kib * 1024;
     }
-    /* one thread streams from OPGEN_STREAM_BYTES_DEFAULT already, if the cache is larger: a
+    /* One thread streams from OPGEN_STREAM_BYTES_DEFAULT already, if the cache is larger: a
      * core alone fetches a tensor that fills most of the cache back more slowly than memory
-     * takes streamed stores (docs/performance-changes.md, 2026-11-27) */
-    const int64_t cache = (int64_t)kib * 1024;
-    return opgen_get_num_threads() > 1 || cache < OPGEN_STREAM_BYTES_DEFAULT ? cache : OPGEN_STREAM_BYTES_DEFAULT;
+     * takes streamed stores (docs/performance-changes.md, 2026-11-27). A guest's threads from
+     * OPGEN_STREAM_BYTES_DEFAULT each: the cache its CPU reports is its host's, shared with
+     * other guests (2026-11-29). */
+    int guest = OPGEN_ATOMIC_LOAD(opgen_stream_guest);
+    if (guest == 0) {
+        guest = opgen_cpu_is_guest() + 1;
+        OPGEN_ATOMIC_STORE(opgen_stream_guest, guest);
+    }
+    const int64_t cache = (int64_t)kib * 1024, threads = opgen_get_num_threads();
+    const int64_t share = OPGEN_STREAM_BYTES_DEFAULT * (guest == 2 ? threads : 1);
+    return (threads > 1 && guest != 2) || cache < share ? cache : share;
 }
 
 /* 0: as many threads as OpenMP would use (OMP_NUM_THREADS, else one per core). */
