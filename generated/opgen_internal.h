@@ -485,6 +485,16 @@ static inline int64_t opgen_to_line(const void *pointer, size_t size)
     return past == 0 || past % size != 0 ? 0 : (int64_t)((64u - past) / size);
 }
 
+/* Elements of `size` bytes from `pointer` to the next boundary of a block's bytes (a line for
+ * 4-byte elements, half a line for 2-byte ones), so fewer than a block: 0 when it is on one,
+ * or when no whole number of elements reaches one. */
+static inline int64_t opgen_to_block(const void *pointer, size_t size)
+{
+    const uintptr_t bytes = OPGEN_BLOCK * size < 64u ? (uintptr_t)(OPGEN_BLOCK * size) : 64u;
+    const uintptr_t past = (uintptr_t)pointer & (bytes - 1u);
+    return past == 0 || past % size != 0 ? 0 : (int64_t)((bytes - past) / size);
+}
+
 /* Asks for the cache line `ahead` bytes past `pointer`; every tensor's block load does, mostly
  * OPGEN_PREFETCH_BYTES ahead (the channel-split loop, with its four streams at once, computes
  * its own distance: opgen_range_ahead). The hardware prefetchers alone fell

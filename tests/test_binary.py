@@ -18,7 +18,7 @@ import opgen
 from opgen import accuracy, binary, check, oracle
 from opgen.render import BUNDLED_SPECS
 from opgen.specs import SpecError, load_specs
-from tests.helpers import dtype_of, rng, threads_set_to
+from tests.helpers import dtype_of, guarded_empty, misaligned_empty, rng, threads_set_to, untouched_around
 
 TABLE, SPECS = load_specs(BUNDLED_SPECS)
 BINARY = {spec.name: spec for spec in SPECS if spec.pattern == "binary"}
@@ -153,6 +153,35 @@ def test_results_do_not_depend_on_the_thread_count(op):
             with threads_set_to(threads):
                 results.append(getattr(opgen, op)(x, y).view(np.uint16))
         assert all(np.array_equal(results[0], r) for r in results[1:]), (op, a, b)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("op", OPS)
+def test_results_do_not_depend_on_where_the_arrays_lie(op, dtype):
+    """The microkernels run whole blocks from the output's first block boundary and the
+    elements before and after them as partial blocks, so which elements go which way moves
+    with the output's address: outputs at every element offset in a line, with inputs at the
+    same offset and at another, give the bits of line-aligned arrays, and write nothing
+    around them (runs shorter than the head, a few blocks, one input repeated)."""
+    numpy_dtype = dtype_of(dtype)
+    steps = range(64 // numpy_dtype.itemsize)
+    for a, b in [((3,), (3,)), ((2, 53), (2, 53)), ((2, 53), (1,)), ((1,), (2, 53))]:
+        x, y = _inputs(op, dtype, a, b, "all")
+        expected = getattr(opgen, op)(placed(x, 0), placed(y, 0)).view(f"u{numpy_dtype.itemsize}")
+        for step in steps:
+            for input_step in (step, (step + 5) % len(steps)):
+                out, raw = guarded_empty(expected.shape, numpy_dtype, step)
+                getattr(opgen, op)(placed(x, input_step), placed(y, input_step), out=out)
+                label = (op, dtype, a, b, step, input_step)
+                assert np.array_equal(out.view(expected.dtype), expected), label
+                assert untouched_around(out, raw), label
+
+
+def placed(array: np.ndarray, step: int) -> np.ndarray:
+    """A copy of `array` starting `step` elements past a 64-byte boundary (modulo a line)."""
+    copy = misaligned_empty(array.shape, array.dtype, step * array.dtype.itemsize % 64)
+    copy[...] = array
+    return copy
 
 
 def test_inputs_that_are_views_and_out():
