@@ -2,18 +2,18 @@
 opgen_parallel_threshold) and the bytes from which its outputs stream past the caches
 (opgen_stream_threshold), measured on this machine and kept for the next processes.
 
-The measurement: ReLU backward in f32 (one unit of work an element, the cheapest per element, so
-the one whose threads pay last), at sizes doubling from SIZES[0], timed from C with the threads
-forced on (threshold 1) and off (a threshold above the size), in turn. The threshold is the
-smallest size from which the team is never slower than one thread. Then the same call at sizes
-doubling from STREAM_SIZES[0] bytes moved, its outputs stored in cache (a stream threshold above
-the size) and streamed (threshold 1), each timed in its own run of calls: the stream threshold
-is the smallest size from which streamed stores always save a twentieth of the time or more. The
-cache the CPU reports, the default's measure, may not be the process's to fill: a virtual
-machine reports its host's (docs/performance-changes.md). The result is kept in the cache
-directory (tuning.json; OPGEN_TUNING_FILE names another file) for this CPU and thread
-count; `import opgen` applies it unless OPGEN_PARALLEL_THRESHOLD (OPGEN_STREAM_BYTES) is set,
-which always wins."""
+The measurement: ReLU backward in f32 (one unit of work an element, the cheapest per element,
+so the one whose threads pay last), at sizes doubling from SIZES[0], timed from C with the
+threads forced on (threshold 1) and off (a threshold above the size), in turn. The threshold is
+the smallest size from which the team always saves a twentieth of one thread's time (GAIN).
+Then the same call at sizes doubling from STREAM_SIZES[0] bytes moved, its outputs stored in
+cache (a stream threshold above the size) and streamed (threshold 1), each timed in its own run
+of calls: the stream threshold is the smallest size from which streamed stores always save a
+twentieth of the time or more. The cache the CPU reports, the default's measure, may not be the
+process's to fill: a virtual machine reports its host's (docs/performance-changes.md). The
+result is kept in the cache directory (tuning.json; OPGEN_TUNING_FILE names another file) for
+this CPU and thread count; `import opgen` applies it unless OPGEN_PARALLEL_THRESHOLD
+(OPGEN_STREAM_BYTES) is set, which always wins."""
 
 from __future__ import annotations
 
@@ -36,10 +36,11 @@ SIZES = tuple(2**k for k in range(11, 21))  # 2 K to 1 M elements
 # sweep stops once streamed stores have won at STREAM_WINS sizes in a row
 STREAM_SIZES = tuple(2**k for k in range(21, 31))
 STREAM_WINS = 3
-# a win for streamed stores: a twentieth of the time saved or more. Where both ways take about the
-# same time (a tensor in a cache other tenants share), stores in cache leave the output there
-# for the next call to read.
-STREAM_GAIN = 0.95
+# a win, for the team or for streamed stores: a twentieth of the time saved or more. Where both
+# ways take about the same time, one thread leaves the other core to other work, and stores in
+# cache leave the output there for the next call to read; and a threshold that any gain moved
+# fell anywhere in the flat stretch from run to run (docs/performance-changes.md).
+GAIN = 0.95
 NEVER = 1 << 62  # a threshold no call reaches
 FILE = "tuning.json"
 
@@ -107,9 +108,9 @@ def measure(
     finally:
         lib.opgen_set_parallel_threshold(kept)
     seconds = {n: (statistics.median(a for a, _ in s), statistics.median(b for _, b in s)) for n, s in sweeps.items()}
-    found = threshold_from(seconds) if threads > 1 else plan.PARALLEL_THRESHOLD
+    found = threshold_from(seconds, GAIN) if threads > 1 else plan.PARALLEL_THRESHOLD
     streamed = measure_stream(min_time, STREAM_SIZES if largest is None else _up_to(largest), rounds)
-    return Tuning(cpu_name(), threads, found, seconds, threshold_from(streamed, STREAM_GAIN), streamed)
+    return Tuning(cpu_name(), threads, found, seconds, threshold_from(streamed, GAIN), streamed)
 
 
 def _up_to(largest: int) -> tuple[int, ...]:
@@ -141,7 +142,7 @@ def measure_stream(min_time: float, sizes: tuple[int, ...], rounds: int) -> dict
                     lib.opgen_set_stream_threshold(threshold)
                     way.append(_median_time(call, min_time / rounds))
             seconds[moved] = (statistics.median(ways[0]), statistics.median(ways[1]))
-            wins = wins + 1 if seconds[moved][1] <= STREAM_GAIN * seconds[moved][0] else 0
+            wins = wins + 1 if seconds[moved][1] <= GAIN * seconds[moved][0] else 0
             if wins == STREAM_WINS:
                 break
     finally:

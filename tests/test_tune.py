@@ -101,7 +101,7 @@ def test_the_threshold_is_where_the_team_stops_losing():
     assert tune.threshold_from({n: (1.0, 2.0) for n in (10, 20)}) == 40  # never: past the sizes measured
     # streamed stores must save a twentieth: 2 MiB's 0.97 is no win, 4 MiB's 0.95 is
     streamed = {1 << 21: (1.0, 0.97), 1 << 22: (1.0, 0.95), 1 << 23: (1.0, 0.7)}
-    assert tune.threshold_from(streamed, tune.STREAM_GAIN) == 1 << 22
+    assert tune.threshold_from(streamed, tune.GAIN) == 1 << 22
 
 
 def test_the_stream_threshold_comes_from_the_setter_and_back():
