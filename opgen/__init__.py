@@ -52,8 +52,8 @@ def get_num_threads() -> int:
 
 def info() -> dict[str, Any]:
     """What runs: the compiled copy (CPU target) chosen on this machine, the threads, the size from
-    which outputs stream past the caches, the work from which calls take threads, and each op's
-    variants."""
+    which outputs stream past the caches, the work from which calls take threads (with those
+    of the two that a kept `opgen tune` set), and each op's variants."""
     lib = bundled.module.lib
     return {
         "version": __version__,
@@ -63,6 +63,7 @@ def info() -> dict[str, Any]:
         "stream_from_bytes": int(lib.opgen_stream_threshold()),
         # work from which a call takes more than one thread (opgen.h; `opgen tune` measures it)
         "parallel_threshold": int(lib.opgen_parallel_threshold()),
+        "tuned": list(bundled.tuned),
         "ops": {name: sorted(variants) for name, variants in bundled.variants.items()},
     }
 

@@ -330,13 +330,27 @@ def _torch_call(op: str, x: np.ndarray, d: np.ndarray, extra: Any) -> Callable[[
 
 def machine() -> dict[str, Any]:
     """Where a run ran, for the reports of `opgen bench` and its comparisons: the platform, the
-    processor, its CPUs and the kernels' copy opgen runs."""
+    processor, its CPUs, the kernels' copy opgen runs, and the thread policy and store kind
+    its calls ran under (opgen.h; `tuned`: which of the two a kept `opgen tune` set)."""
+    info = opgen.info()
     return {
         "platform": platform.platform(),
         "processor": platform.processor(),
         "cpus": os.cpu_count(),
-        "opgen_target": opgen.info()["cpu_target"],
+        "opgen_target": info["cpu_target"],
+        "parallel_threshold": info["parallel_threshold"],
+        "stream_from_bytes": info["stream_from_bytes"],
+        "tuned": info["tuned"],
     }
+
+
+def policy_line(machine: dict[str, Any]) -> str:
+    """The thread threshold and the stream threshold a report's calls ran under, in words."""
+    tuned = f" ({' and '.join(machine['tuned'])} kept by `opgen tune`)" if machine.get("tuned") else ""
+    return (
+        f"calls take threads from {machine.get('parallel_threshold', '?')} elements of work, stream from"
+        f" {machine.get('stream_from_bytes', '?')} bytes{tuned}"
+    )
 
 
 def cases(ops: list[str], dtypes: list[str]) -> list[tuple[str, str, str, str]]:
@@ -409,9 +423,6 @@ def run(
     return {
         "machine": {
             **machine(),
-            # the thread policy and store kind the cases ran under (opgen.h)
-            "parallel_threshold": opgen.info()["parallel_threshold"],
-            "stream_from_bytes": opgen.info()["stream_from_bytes"],
             "numpy": np.__version__,
             "torch": torch_version,
         },
@@ -496,8 +507,7 @@ def format_row(case: Case) -> str:
 def table(report: dict[str, Any]) -> str:
     machine = report["machine"]
     lines = [
-        f"opgen's {machine['opgen_target']} copy; calls take threads from {machine.get('parallel_threshold', '?')}"
-        f" elements of work, stream from {machine.get('stream_from_bytes', '?')} bytes",
+        f"opgen's {machine['opgen_target']} copy; {policy_line(machine)}",
         "bandwidth probes (GB/s): "
         + "; ".join(
             f"{key}: " + ", ".join(f"{name} {value:.1f}" for name, value in figures.items())

@@ -277,6 +277,7 @@ def table(report: dict[str, Any]) -> str:
     lines = [
         f"oneDNN {machine['onednn']} vs opgen ({machine['opgen_target']} copy): median of {report['rounds']} rounds "
         "per side, C calls on the same inputs; ratio = opgen time / oneDNN time (below 1: opgen faster)",
+        f"opgen's {bench.policy_line(machine)}",
         f"{'op':21s} {'dtype':5s} {'layout':6s} {'form':11s} {'size':4s} {'thr':>3s} {'opgen':>10s} "
         f"{'oneDNN':>10s} {'ratio':>6s} {'max err':>8s}  oneDNN impl",
     ]

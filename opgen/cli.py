@@ -203,13 +203,17 @@ def _info(args: argparse.Namespace) -> int:
         f"opgen {details['version']}: kernels run the {details['cpu_target']} copy{hint}, {details['threads']} threads"
     )
     stream = details["stream_from_bytes"]
+
+    def source(key: str) -> str:
+        return "kept by `opgen tune`" if key in details["tuned"] else "`opgen tune` measures it"
+
     print(
         f"  outputs stream past the caches from {stream / 2**20:g} MiB moved a call"
-        " (`opgen tune` measures it; OPGEN_STREAM_BYTES sets it)"
+        f" ({source('stream_from_bytes')}; OPGEN_STREAM_BYTES sets it)"
     )
     print(
         f"  calls take threads from {details['parallel_threshold']} elements of work"
-        " (`opgen tune` measures it; OPGEN_PARALLEL_THRESHOLD sets it)"
+        f" ({source('parallel_threshold')}; OPGEN_PARALLEL_THRESHOLD sets it)"
     )
     for op, variants in details["ops"].items():
         print(f"  {op}: {len(variants)} variants, {details['cpu_target']}")

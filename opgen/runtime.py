@@ -63,8 +63,10 @@ class OpLibrary:
         # string attribute values -> their C enum values
         self.enum_values = {e["type"]: {v: i for i, (_, v) in enumerate(e["members"])} for e in c_api.enums(self.specs)}
         self._module: Any = module
+        # the info() keys whose values `opgen tune` kept for this machine, once the module loads
+        self.tuned: tuple[str, ...] = ()
         if module is not None:
-            _apply_tuning(module.lib)
+            self.tuned = _apply_tuning(module.lib)
         self.ops = {spec.name: make_function(self, spec) for spec in self.specs}
 
     def __getattr__(self, name: str) -> Any:
@@ -90,21 +92,25 @@ class OpLibrary:
                 found = build_module(render_library(self.spec_dir, ops=self.op_names))
             self._module = load_module(found)
             _check_target_setting()
-            _apply_tuning(self._module.lib)
+            self.tuned = _apply_tuning(self._module.lib)
         return self._module
 
 
-def _apply_tuning(lib: Any) -> None:
+def _apply_tuning(lib: Any) -> tuple[str, ...]:
     """`opgen tune`'s thresholds for this machine into a module's runtime, where they apply (when
-    the module loads: `import opgen` compiles and loads nothing)."""
+    the module loads: `import opgen` compiles and loads nothing); the info() keys of those set."""
     from opgen import tune
 
+    applied = []
     threshold = tune.threshold_for(lib)
     if threshold is not None:
         lib.opgen_set_parallel_threshold(threshold)
+        applied.append("parallel_threshold")
     stream = tune.stream_threshold_for(lib)
     if stream is not None:
         lib.opgen_set_stream_threshold(stream)
+        applied.append("stream_from_bytes")
+    return tuple(applied)
 
 
 def _check_target_setting() -> None:
