@@ -117,6 +117,30 @@ def _up_to(largest: int) -> tuple[int, ...]:
     return tuple(n for n in STREAM_SIZES if n <= largest) or STREAM_SIZES[:1]
 
 
+# Linux's control groups: the memory a container may use (v2, then v1); "max" or a huge number
+# where none is set
+CGROUP_LIMITS = ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes")
+
+
+def memory_bytes() -> int:
+    """The memory this process may fill: the machine's, or its container's limit if lower (a
+    sweep sized from the machine's alone would be killed there); 16 GiB where neither is known."""
+    limits = []
+    if hasattr(os, "sysconf"):
+        try:
+            limits.append(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+        except (ValueError, OSError):
+            pass
+    for name in CGROUP_LIMITS:
+        try:
+            text = Path(name).read_text().strip()
+        except OSError:
+            continue
+        if text.isdigit():
+            limits.append(int(text))
+    return min(limits) if limits else 1 << 34
+
+
 def measure_stream(min_time: float, sizes: tuple[int, ...], rounds: int) -> dict[int, tuple[float, float]]:
     """bytes moved -> (median seconds with outputs stored in cache, streamed) of the call
     (module docstring), in ascending sizes until streamed stores win at STREAM_WINS in a row,
@@ -128,7 +152,7 @@ def measure_stream(min_time: float, sizes: tuple[int, ...], rounds: int) -> dict
     from opgen.runtime import c_entry_call
 
     lib = opgen.bundled.module.lib
-    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") if hasattr(os, "sysconf") else 1 << 34
+    memory = memory_bytes()
     seconds: dict[int, tuple[float, float]] = {}
     wins = 0
     try:

@@ -104,6 +104,16 @@ def test_the_threshold_is_where_the_team_stops_losing():
     assert tune.threshold_from(streamed, tune.GAIN) == 1 << 22
 
 
+def test_the_sweep_fits_the_memory_a_container_allows(tmp_path, monkeypatch):
+    """A container's memory limit (cgroups) below the machine's bounds the stream sweep."""
+    limit = tmp_path / "memory.max"
+    limit.write_text("1073741824\n")
+    monkeypatch.setattr(tune, "CGROUP_LIMITS", (str(tmp_path / "absent"), str(limit)))
+    assert tune.memory_bytes() == min(1 << 30, os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    limit.write_text("max\n")  # no limit set
+    assert tune.memory_bytes() == os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
 def test_the_stream_threshold_comes_from_the_setter_and_back():
     """opgen_set_stream_threshold replaces the threshold in use (here conftest's
     OPGEN_STREAM_BYTES); 0 or less gives the default back. Results never depend on it: a call
