@@ -649,11 +649,11 @@ int opgen_get_num_threads(void);
  * non-temporal stores, past the caches: the size of the largest cache the CPU reports to the
  * system (Linux: /sys/devices/system/cpu/cpu0/cache), else 16777216; on one thread
  * (opgen_get_num_threads) at most 16777216, and under a hypervisor (x86 CPUID) at most
- * 16777216 a thread. The environment variable OPGEN_STREAM_BYTES,
- * a positive count of bytes, replaces it (read once, at the first call), and
- * opgen_set_stream_threshold the value in use (0 or less: back to that default). A cache the
- * CPU reports may not be this process's to fill: `opgen tune` measures from which size
- * streamed stores pay. Results never depend on it, only speed. */
+ * 16777216 a thread. The environment variable OPGEN_STREAM_BYTES, a positive count of
+ * bytes, replaces it (read once, at the first call), and opgen_set_stream_threshold the value
+ * in use (0 or less: back to that default). A cache the CPU reports may not be this process's
+ * to fill: `opgen tune` measures from which size streamed stores pay. Results never depend on
+ * it, only speed. */
 int64_t opgen_stream_threshold(void);
 void opgen_set_stream_threshold(int64_t bytes);
 /* Work (elements, an exp counted as several) from which a call runs on more than one thread,
