@@ -221,17 +221,16 @@ def _info(args: argparse.Namespace) -> int:
 
 
 def _tune(args: argparse.Namespace) -> int:
-    import opgen
     from opgen import tune
 
-    if opgen.get_num_threads() < 2:
-        print("opgen tune: one thread (OMP_NUM_THREADS, or a single core): no threads to tune", file=sys.stderr)
-        return 1
     result = tune.measure(min_time=args.min_time, largest=args.largest << 20)
-    print(f"ReLU backward f32 from C, {result.threads} threads against one (median seconds):")
-    for n, (one, many) in sorted(result.seconds.items()):
-        print(f"  {n:>8} elements: one thread {one * 1e6:9.1f} us, {result.threads} threads {many * 1e6:9.1f} us")
-    print(f"calls take threads from {result.parallel_threshold} elements of work")
+    if result.seconds:
+        print(f"ReLU backward f32 from C, {result.threads} threads against one (median seconds):")
+        for n, (one, many) in sorted(result.seconds.items()):
+            print(f"  {n:>8} elements: one thread {one * 1e6:9.1f} us, {result.threads} threads {many * 1e6:9.1f} us")
+        print(f"calls take threads from {result.parallel_threshold} elements of work")
+    else:
+        print("one thread (OMP_NUM_THREADS, or a single core): no thread threshold to measure")
     print(f"the same on {result.threads} threads, outputs stored in cache against streamed (median seconds):")
     for n, (stored, streamed) in sorted(result.stream_seconds.items()):
         print(f"  {n / 2**20:>6g} MiB moved: stored {stored * 1e6:9.1f} us, streamed {streamed * 1e6:9.1f} us")

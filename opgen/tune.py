@@ -94,6 +94,9 @@ def measure(
     lib = opgen.bundled.module.lib
     threads = int(lib.opgen_get_num_threads())
     kept = int(lib.opgen_parallel_threshold())
+    streamed = measure_stream(min_time, STREAM_SIZES if largest is None else _up_to(largest), rounds)
+    if threads < 2:  # no team to measure: the stream threshold alone (a thread threshold of 0 applies nowhere)
+        return Tuning(cpu_name(), threads, 0, {}, threshold_from(streamed, GAIN), streamed)
     sweeps: dict[int, list[tuple[float, float]]] = {n: [] for n in sizes}
     rng = np.random.default_rng(0)
     try:
@@ -108,9 +111,7 @@ def measure(
     finally:
         lib.opgen_set_parallel_threshold(kept)
     seconds = {n: (statistics.median(a for a, _ in s), statistics.median(b for _, b in s)) for n, s in sweeps.items()}
-    found = threshold_from(seconds, GAIN) if threads > 1 else plan.PARALLEL_THRESHOLD
-    streamed = measure_stream(min_time, STREAM_SIZES if largest is None else _up_to(largest), rounds)
-    return Tuning(cpu_name(), threads, found, seconds, threshold_from(streamed, GAIN), streamed)
+    return Tuning(cpu_name(), threads, threshold_from(seconds, GAIN), seconds, threshold_from(streamed, GAIN), streamed)
 
 
 def _up_to(largest: int) -> tuple[int, ...]:

@@ -233,6 +233,19 @@ def test_opgen_tune_measures_and_keeps_nothing_on_a_dry_run(tmp_path):
     assert overridden.returncode == 0 and "OPGEN_PARALLEL_THRESHOLD=999 is set here" in overridden.stderr
 
 
+def test_opgen_tune_on_one_thread_measures_the_stream_threshold_alone(tmp_path):
+    env = {"OPGEN_TUNING_FILE": str(tmp_path / "kept.json"), "OMP_NUM_THREADS": "1"}
+    environment = {k: v for k, v in os.environ.items() if k not in TUNED_BY_THE_ENVIRONMENT} | env
+    command = [sys.executable, "-m", "opgen.cli", "tune", "--min-time", "0.01", "--largest", "4"]
+    run = subprocess.run(command, env=environment, capture_output=True, text=True, check=False)
+    assert run.returncode == 0, run.stderr
+    assert "no thread threshold to measure" in run.stdout and "outputs stream from" in run.stdout
+    kept = tune.saved(tmp_path / "kept.json")
+    assert kept is not None and kept.threads == 1 and kept.parallel_threshold == 0 and kept.stream_threshold > 0
+    read = "import opgen; i = opgen.info(); print(i['parallel_threshold'], i['tuned'])"
+    assert _python(read, env) == f"{plan.PARALLEL_THRESHOLD} ['stream_from_bytes']"
+
+
 def test_import_loads_no_module_for_the_tuning(tmp_path):
     """`import opgen` compiles and loads nothing (README): a kept tuning is applied when a
     module loads, not at import."""
