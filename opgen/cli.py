@@ -231,7 +231,8 @@ def _tune(args: argparse.Namespace) -> int:
         print(f"calls take threads from {result.parallel_threshold} elements of work")
     else:
         print("one thread (OMP_NUM_THREADS, or a single core): no thread threshold to measure")
-    print(f"the same on {result.threads} threads, outputs stored in cache against streamed (median seconds):")
+    on = f"{result.threads} threads" if result.threads > 1 else "one thread"
+    print(f"the same on {on}, outputs stored in cache against streamed (median seconds):")
     for n, (stored, streamed) in sorted(result.stream_seconds.items()):
         print(f"  {n / 2**20:>6g} MiB moved: stored {stored * 1e6:9.1f} us, streamed {streamed * 1e6:9.1f} us")
     print(f"outputs stream from {result.stream_threshold / 2**20:g} MiB moved a call")
