@@ -295,12 +295,29 @@ def table(report: dict[str, Any]) -> str:
             f"{case} {cell.size:4s} {cell.threads:3d} {cell.opgen_seconds * 1e6:8.1f}us "
             f"{cell.onednn_seconds * 1e6:8.1f}us {cell.ratio:6.3g} {cell.error or 0.0:8.1e}  {cell.implementation}"
         )
+    lines.append(behind_line(report["cells"]))
     if skipped:
         lines.append("not timed (size/threads):")
     for (label, status, message), where in skipped.items():
         at = "every size and thread count" if len(where) == len(runs) else ", ".join(where)
         lines.append(f"  {label}: {status} at {at}: {message}")
     return "\n".join(lines)
+
+
+BEHIND = 0.95  # a cell is behind from this ratio on: opgen's time is over 0.95 of oneDNN's
+
+
+def behind_line(cells: list[dict[str, Any]]) -> str:
+    """How many timed cells of each size and thread count take more than BEHIND of oneDNN's time."""
+    counts: dict[tuple[str, int], list[int]] = {}
+    for row in cells:
+        cell = Cell(**row)
+        if cell.ratio is not None:
+            count = counts.setdefault((cell.size, cell.threads), [0, 0])
+            count[0] += cell.ratio > BEHIND
+            count[1] += 1
+    parts = [f"{size} {threads} thr {behind}/{timed}" for (size, threads), (behind, timed) in counts.items()]
+    return f"cells above {BEHIND} of oneDNN's time: " + (", ".join(parts) if parts else "none timed")
 
 
 def save(report: dict[str, Any], path: str) -> None:

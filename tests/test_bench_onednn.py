@@ -4,6 +4,7 @@ same inputs, and times a cell only when their outputs agree. Skipped without an 
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -79,6 +80,30 @@ def test_cli_prints_the_table(capsys: pytest.CaptureFixture[str]) -> None:
     for row in rows:
         # threads; the opgen / oneDNN ratio, in significant digits (a cell 300 times faster is not 0)
         assert row[5] == "1" and float(row[8]) > 0, row
+    behind = sum(float(row[8]) > bench_onednn.BEHIND for row in rows if row[4] == "S")
+    assert f"cells above {bench_onednn.BEHIND} of oneDNN's time: S 1 thr {behind}/{len(rows)}" in out
+
+
+def test_the_summary_counts_the_cells_behind() -> None:
+    def cell(size: str, threads: int, ratio: float | None) -> dict[str, object]:
+        seconds = None if ratio is None else (ratio, 1.0)
+        return dataclasses.asdict(
+            bench_onednn.Cell(
+                "relu_backward",
+                "f32",
+                "-",
+                "from_dst",
+                size,
+                threads,
+                "timed" if seconds else "mismatch",
+                *(seconds or (None, None)),
+            )
+        )
+
+    cells = [cell("S", 1, 0.5), cell("S", 1, 0.96), cell("S", 1, None), cell("M", 2, 1.2), cell("S", 2, 0.95)]
+    line = bench_onednn.behind_line(cells)
+    assert line == "cells above 0.95 of oneDNN's time: S 1 thr 1/2, M 2 thr 1/1, S 2 thr 0/1"
+    assert bench_onednn.behind_line([]).endswith("none timed")
 
 
 def test_cli_says_how_to_install_onednn(
