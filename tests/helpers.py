@@ -61,6 +61,13 @@ def misaligned_empty(shape: tuple[int, ...], dtype: np.dtype, offset: int) -> np
     return raw[start : start + size].view(dtype).reshape(shape)
 
 
+def placed(array: np.ndarray, step: int) -> np.ndarray:
+    """A copy of `array` starting `step` elements past a 64-byte boundary (modulo a line)."""
+    copy = misaligned_empty(array.shape, array.dtype, step * array.dtype.itemsize % 64)
+    copy[...] = array
+    return copy
+
+
 GUARD = 0xA5  # the bytes around an output, which no call may write
 
 

@@ -24,7 +24,7 @@ from tests.helpers import (
     data,
     dtype_of,
     guarded_empty,
-    misaligned_empty,
+    placed,
     rng,
     threads_set_to,
     untouched_around,
@@ -47,13 +47,6 @@ def cases():
                 attributes = {**dict(zip(flags, values)), **numbers}
                 name = "-".join([spec.name, row[spec.reference], *(f"{k}={v}" for k, v in zip(flags, values))])
                 yield pytest.param(spec, row, attributes, id=name)
-
-
-def placed(array: np.ndarray, step: int) -> np.ndarray:
-    """A copy of `array` starting `step` elements past a 64-byte boundary (modulo a line)."""
-    copy = misaligned_empty(array.shape, array.dtype, step * array.dtype.itemsize % LINE)
-    copy[...] = array
-    return copy
 
 
 class Operands:

@@ -18,7 +18,7 @@ import opgen
 from opgen import accuracy, binary, check, oracle
 from opgen.render import BUNDLED_SPECS
 from opgen.specs import SpecError, load_specs
-from tests.helpers import dtype_of, guarded_empty, misaligned_empty, rng, threads_set_to, untouched_around
+from tests.helpers import dtype_of, guarded_empty, placed, rng, threads_set_to, untouched_around
 
 TABLE, SPECS = load_specs(BUNDLED_SPECS)
 BINARY = {spec.name: spec for spec in SPECS if spec.pattern == "binary"}
@@ -175,13 +175,6 @@ def test_results_do_not_depend_on_where_the_arrays_lie(op, dtype):
                 label = (op, dtype, a, b, step, input_step)
                 assert np.array_equal(out.view(expected.dtype), expected), label
                 assert untouched_around(out, raw), label
-
-
-def placed(array: np.ndarray, step: int) -> np.ndarray:
-    """A copy of `array` starting `step` elements past a 64-byte boundary (modulo a line)."""
-    copy = misaligned_empty(array.shape, array.dtype, step * array.dtype.itemsize % 64)
-    copy[...] = array
-    return copy
 
 
 def test_inputs_that_are_views_and_out():
