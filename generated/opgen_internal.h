@@ -477,22 +477,25 @@ static inline int64_t opgen_reread_range(int64_t outer, int64_t row_bytes)
     return fit >= OPGEN_REREAD_MIN ? opgen_min(fit, OPGEN_CHANNEL_RANGE) : OPGEN_CHANNEL_RANGE;
 }
 
-/* Elements of `size` bytes from `pointer` to the next 64-byte boundary: 0 when it is on one,
- * or when no whole number of elements reaches one. */
-static inline int64_t opgen_to_line(const void *pointer, size_t size)
+/* Elements of `size` bytes from `pointer` to the next multiple of `bytes` (a power of 2): 0
+ * when it is on one, or when no whole number of elements reaches one. */
+static inline int64_t opgen_to_boundary(const void *pointer, size_t size, uintptr_t bytes)
 {
-    const uintptr_t past = (uintptr_t)pointer & 63u;
-    return past == 0 || past % size != 0 ? 0 : (int64_t)((64u - past) / size);
-}
-
-/* Elements of `size` bytes from `pointer` to the next boundary of a block's bytes (a line for
- * 4-byte elements, half a line for 2-byte ones), so fewer than a block: 0 when it is on one,
- * or when no whole number of elements reaches one. */
-static inline int64_t opgen_to_block(const void *pointer, size_t size)
-{
-    const uintptr_t bytes = OPGEN_BLOCK * size < 64u ? (uintptr_t)(OPGEN_BLOCK * size) : 64u;
     const uintptr_t past = (uintptr_t)pointer & (bytes - 1u);
     return past == 0 || past % size != 0 ? 0 : (int64_t)((bytes - past) / size);
+}
+
+/* ... to the next 64-byte boundary (a cache line) */
+static inline int64_t opgen_to_line(const void *pointer, size_t size)
+{
+    return opgen_to_boundary(pointer, size, 64u);
+}
+
+/* ... to the next boundary of a block's bytes (a line for 4-byte elements, half a line for
+ * 2-byte ones), so fewer than a block */
+static inline int64_t opgen_to_block(const void *pointer, size_t size)
+{
+    return opgen_to_boundary(pointer, size, OPGEN_BLOCK * size < 64u ? (uintptr_t)(OPGEN_BLOCK * size) : 64u);
 }
 
 /* Asks for the cache line `ahead` bytes past `pointer`; every tensor's block load does, mostly
