@@ -8,7 +8,7 @@
 #include "opgen_lines.h"
 
 /* ---- layer_norm_f32: Layer normalization over the axes from `begin_norm_axis` to the last, per line of C elements: mean = sum(src) / C, variance = sum((src - mean)^2) / C, dst = (src - mean) / sqrt(variance + epsilon) * gamma + beta.
- * (src f32, gamma f32, beta f32, dst f32, mean f32, variance f32; computed in double, sums in double; 2 reduction passes and an element pass per line) ---- */
+ * (src f32, gamma f32, beta f32, dst f32, mean f32, variance f32; line values in double, elements in float (in double where float leaves its range), sums in double; 2 reduction passes and an element pass per line) ---- */
 
 /* pass 1 over a contiguous line: sum_src */
 static void layer_norm_f32_reduce_1(const opgen_lines_call *call, int64_t line, double *values)
@@ -297,35 +297,12 @@ OPGEN_MICROKERNEL void layer_norm_f32_apply_of(const opgen_lines_call *call, int
     const double count = (double)call->count;
     (void)count;
     const double mean_line = (double)values[1];
+    const float mean_line_float = (float)mean_line;
     const double inv_std_line = (double)values[4];
+    const float inv_std_line_float = (float)inv_std_line;
     int64_t at = 0;
     for (; at + OPGEN_BLOCK <= length; at += OPGEN_BLOCK) {
         float dst_block[OPGEN_BLOCK];
-#if OPGEN_VECTOR_DOUBLE
-        opgen_prefetch_ahead(src + at, OPGEN_PREFETCH_BYTES);
-        /* two vectors at a time: an output's two halves narrowed to floats in one store, which
-         * the block's store can forward from */
-        for (int opgen_pair = 0; opgen_pair < OPGEN_BLOCK; opgen_pair += 2 * OPGEN_DOUBLE_LANES) {
-            opgen_doubles dst_halves[2];
-            for (int opgen_part = 0; opgen_part < 2; ++opgen_part) {
-                const int opgen_half = opgen_pair + OPGEN_DOUBLE_LANES * opgen_part;
-                const opgen_doubles src_value = opgen_doubles_of_f32(src + at + opgen_half);
-                /* NULL: each block widens what it reads */
-                const double *const gamma_wide = call->wide != NULL ? call->wide + 0 * call->length : NULL;
-                const opgen_doubles gamma_value =
-                    gamma_wide != NULL ? opgen_doubles_load(gamma_wide + at + opgen_half)
-                    : gamma == NULL ? opgen_doubles_set1(1.0) : opgen_doubles_of_f32(gamma + at + opgen_half);
-                /* NULL: each block widens what it reads */
-                const double *const beta_wide = call->wide != NULL ? call->wide + 1 * call->length : NULL;
-                const opgen_doubles beta_value =
-                    beta_wide != NULL ? opgen_doubles_load(beta_wide + at + opgen_half)
-                    : beta == NULL ? opgen_doubles_set1(0.0) : opgen_doubles_of_f32(beta + at + opgen_half);
-                const opgen_doubles dst_value = opgen_doubles_add(opgen_doubles_mul(opgen_doubles_mul(opgen_doubles_sub(src_value, opgen_doubles_set1(mean_line)), opgen_doubles_set1(inv_std_line)), gamma_value), beta_value);
-                dst_halves[opgen_part] = dst_value;
-            }
-            opgen_doubles_store_f32_pair(dst_block + opgen_pair, dst_halves[0], dst_halves[1]);
-        }
-#else
         float src_block[OPGEN_BLOCK];
         opgen_load_block_f32(src_block, src + at, OPGEN_PREFETCH_BYTES);
         float gamma_block[OPGEN_BLOCK];
@@ -348,13 +325,23 @@ OPGEN_MICROKERNEL void layer_norm_f32_apply_of(const opgen_lines_call *call, int
         }
         OPGEN_SIMD_FLOAT
         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-            const double src_value = (double)src_block[lane];
-            const double gamma_value = (double)gamma_block[lane];
-            const double beta_value = (double)beta_block[lane];
-            const double dst_value = ((((src_value - mean_line) * inv_std_line) * gamma_value) + beta_value);
+            const float src_value = (float)src_block[lane];
+            const float gamma_value = (float)gamma_block[lane];
+            const float beta_value = (float)beta_block[lane];
+            const float dst_value = ((((src_value - mean_line_float) * inv_std_line_float) * gamma_value) + beta_value);
             dst_block[lane] = (float)dst_value;
         }
-#endif
+        /* an intermediate left float's range (or an input is not finite): in double */
+        if (!(opgen_all_finite(dst_block, OPGEN_BLOCK))) {
+            OPGEN_SIMD_FLOAT
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                const double src_value = (double)src_block[lane];
+                const double gamma_value = (double)gamma_block[lane];
+                const double beta_value = (double)beta_block[lane];
+                const double dst_value = ((((src_value - mean_line) * inv_std_line) * gamma_value) + beta_value);
+                dst_block[lane] = (float)dst_value;
+            }
+        }
         opgen_store_block_f32(dst + at, dst_block, opgen_stream);
     }
     if (at < length) {
@@ -382,11 +369,22 @@ OPGEN_MICROKERNEL void layer_norm_f32_apply_of(const opgen_lines_call *call, int
         }
         OPGEN_SIMD_FLOAT
         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-            const double src_value = (double)src_block[lane];
-            const double gamma_value = (double)gamma_block[lane];
-            const double beta_value = (double)beta_block[lane];
-            const double dst_value = ((((src_value - mean_line) * inv_std_line) * gamma_value) + beta_value);
+            const float src_value = (float)src_block[lane];
+            const float gamma_value = (float)gamma_block[lane];
+            const float beta_value = (float)beta_block[lane];
+            const float dst_value = ((((src_value - mean_line_float) * inv_std_line_float) * gamma_value) + beta_value);
             dst_block[lane] = (float)dst_value;
+        }
+        /* an intermediate left float's range (or an input is not finite): in double */
+        if (!(opgen_all_finite(dst_block, OPGEN_BLOCK))) {
+            OPGEN_SIMD_FLOAT
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                const double src_value = (double)src_block[lane];
+                const double gamma_value = (double)gamma_block[lane];
+                const double beta_value = (double)beta_block[lane];
+                const double dst_value = ((((src_value - mean_line) * inv_std_line) * gamma_value) + beta_value);
+                dst_block[lane] = (float)dst_value;
+            }
         }
         opgen_store_part_f32(dst + at, dst_block, filled, opgen_stream);
     }
@@ -422,9 +420,17 @@ OPGEN_MICROKERNEL void layer_norm_f32_apply_columns_of(const opgen_lines_call *c
     for (int lane = 0; lane < OPGEN_LINES_LANES; ++lane) {
         mean_line_lanes[lane] = lane < lanes ? (double)values[lane * 5 + 1] : 0;
     }
+    float mean_line_float_lanes[OPGEN_LINES_LANES];
+    for (int lane = 0; lane < OPGEN_LINES_LANES; ++lane) {
+        mean_line_float_lanes[lane] = (float)mean_line_lanes[lane];
+    }
     double inv_std_line_lanes[OPGEN_LINES_LANES]; /* every lane set, not cleared first: see Reduction */
     for (int lane = 0; lane < OPGEN_LINES_LANES; ++lane) {
         inv_std_line_lanes[lane] = lane < lanes ? (double)values[lane * 5 + 4] : 0;
+    }
+    float inv_std_line_float_lanes[OPGEN_LINES_LANES];
+    for (int lane = 0; lane < OPGEN_LINES_LANES; ++lane) {
+        inv_std_line_float_lanes[lane] = (float)inv_std_line_lanes[lane];
     }
     if (lanes == OPGEN_LINES_LANES) {
         for (int64_t r = 0; r < length; ++r) {
@@ -432,16 +438,31 @@ OPGEN_MICROKERNEL void layer_norm_f32_apply_columns_of(const opgen_lines_call *c
             for (int opgen_at = 0; opgen_at < OPGEN_LINES_LANES; opgen_at += OPGEN_BLOCK) {
                 float src_block[OPGEN_BLOCK];
                 opgen_load_block_f32(src_block, src + r * inner + opgen_at, 0);
-                const double gamma_value = gamma != NULL ? (double)(gamma[r]) : 1.0;
-                const double beta_value = beta != NULL ? (double)(beta[r]) : 0.0;
+                const double gamma_step = gamma != NULL ? (double)(gamma[r]) : 1.0;
+                const double beta_step = beta != NULL ? (double)(beta[r]) : 0.0;
                 float dst_block[OPGEN_BLOCK];
                 OPGEN_SIMD_FLOAT
                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                    const double src_value = (double)src_block[lane];
-                    const double mean_line = mean_line_lanes[opgen_at + lane];
-                    const double inv_std_line = inv_std_line_lanes[opgen_at + lane];
-                    const double dst_value = ((((src_value - mean_line) * inv_std_line) * gamma_value) + beta_value);
+                    const float src_value = (float)src_block[lane];
+                    const float gamma_value = (float)gamma_step;
+                    const float beta_value = (float)beta_step;
+                    const float mean_line_float = mean_line_float_lanes[opgen_at + lane];
+                    const float inv_std_line_float = inv_std_line_float_lanes[opgen_at + lane];
+                    const float dst_value = ((((src_value - mean_line_float) * inv_std_line_float) * gamma_value) + beta_value);
                     dst_block[lane] = (float)dst_value;
+                }
+                /* an intermediate left float's range (or an input is not finite): in double */
+                if (!(opgen_all_finite(dst_block, OPGEN_BLOCK))) {
+                    OPGEN_SIMD_FLOAT
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        const double src_value = (double)src_block[lane];
+                        const double gamma_value = (double)gamma_step;
+                        const double beta_value = (double)beta_step;
+                        const double mean_line = mean_line_lanes[opgen_at + lane];
+                        const double inv_std_line = inv_std_line_lanes[opgen_at + lane];
+                        const double dst_value = ((((src_value - mean_line) * inv_std_line) * gamma_value) + beta_value);
+                        dst_block[lane] = (float)dst_value;
+                    }
                 }
                 opgen_store_block_f32(dst + r * inner + opgen_at, dst_block, opgen_stream);
             }
@@ -453,16 +474,31 @@ OPGEN_MICROKERNEL void layer_norm_f32_apply_columns_of(const opgen_lines_call *c
                 for (int64_t r = 0; r < length; ++r) {
                     float src_block[OPGEN_BLOCK];
                     opgen_load_block_f32(src_block, src + r * inner + opgen_at, 0);
-                    const double gamma_value = gamma != NULL ? (double)(gamma[r]) : 1.0;
-                    const double beta_value = beta != NULL ? (double)(beta[r]) : 0.0;
+                    const double gamma_step = gamma != NULL ? (double)(gamma[r]) : 1.0;
+                    const double beta_step = beta != NULL ? (double)(beta[r]) : 0.0;
                     float dst_block[OPGEN_BLOCK];
                     OPGEN_SIMD_FLOAT
                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                        const double src_value = (double)src_block[lane];
-                        const double mean_line = mean_line_lanes[opgen_at + lane];
-                        const double inv_std_line = inv_std_line_lanes[opgen_at + lane];
-                        const double dst_value = ((((src_value - mean_line) * inv_std_line) * gamma_value) + beta_value);
+                        const float src_value = (float)src_block[lane];
+                        const float gamma_value = (float)gamma_step;
+                        const float beta_value = (float)beta_step;
+                        const float mean_line_float = mean_line_float_lanes[opgen_at + lane];
+                        const float inv_std_line_float = inv_std_line_float_lanes[opgen_at + lane];
+                        const float dst_value = ((((src_value - mean_line_float) * inv_std_line_float) * gamma_value) + beta_value);
                         dst_block[lane] = (float)dst_value;
+                    }
+                    /* an intermediate left float's range (or an input is not finite): in double */
+                    if (!(opgen_all_finite(dst_block, OPGEN_BLOCK))) {
+                        OPGEN_SIMD_FLOAT
+                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                            const double src_value = (double)src_block[lane];
+                            const double gamma_value = (double)gamma_step;
+                            const double beta_value = (double)beta_step;
+                            const double mean_line = mean_line_lanes[opgen_at + lane];
+                            const double inv_std_line = inv_std_line_lanes[opgen_at + lane];
+                            const double dst_value = ((((src_value - mean_line) * inv_std_line) * gamma_value) + beta_value);
+                            dst_block[lane] = (float)dst_value;
+                        }
                     }
                     opgen_store_block_f32(dst + r * inner + opgen_at, dst_block, opgen_stream);
                 }
@@ -470,16 +506,31 @@ OPGEN_MICROKERNEL void layer_norm_f32_apply_columns_of(const opgen_lines_call *c
                 for (int64_t r = 0; r < length; ++r) {
                     float src_block[OPGEN_BLOCK];
                     opgen_load_part_f32(src_block, src + r * inner + opgen_at, filled);
-                    const double gamma_value = gamma != NULL ? (double)(gamma[r]) : 1.0;
-                    const double beta_value = beta != NULL ? (double)(beta[r]) : 0.0;
+                    const double gamma_step = gamma != NULL ? (double)(gamma[r]) : 1.0;
+                    const double beta_step = beta != NULL ? (double)(beta[r]) : 0.0;
                     float dst_block[OPGEN_BLOCK];
                     OPGEN_SIMD_FLOAT
                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                        const double src_value = (double)src_block[lane];
-                        const double mean_line = mean_line_lanes[opgen_at + lane];
-                        const double inv_std_line = inv_std_line_lanes[opgen_at + lane];
-                        const double dst_value = ((((src_value - mean_line) * inv_std_line) * gamma_value) + beta_value);
+                        const float src_value = (float)src_block[lane];
+                        const float gamma_value = (float)gamma_step;
+                        const float beta_value = (float)beta_step;
+                        const float mean_line_float = mean_line_float_lanes[opgen_at + lane];
+                        const float inv_std_line_float = inv_std_line_float_lanes[opgen_at + lane];
+                        const float dst_value = ((((src_value - mean_line_float) * inv_std_line_float) * gamma_value) + beta_value);
                         dst_block[lane] = (float)dst_value;
+                    }
+                    /* an intermediate left float's range (or an input is not finite): in double */
+                    if (!(opgen_all_finite(dst_block, OPGEN_BLOCK))) {
+                        OPGEN_SIMD_FLOAT
+                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                            const double src_value = (double)src_block[lane];
+                            const double gamma_value = (double)gamma_step;
+                            const double beta_value = (double)beta_step;
+                            const double mean_line = mean_line_lanes[opgen_at + lane];
+                            const double inv_std_line = inv_std_line_lanes[opgen_at + lane];
+                            const double dst_value = ((((src_value - mean_line) * inv_std_line) * gamma_value) + beta_value);
+                            dst_block[lane] = (float)dst_value;
+                        }
                     }
                     opgen_store_part_f32(dst + r * inner + opgen_at, dst_block, filled, opgen_stream);
                 }
@@ -663,7 +714,9 @@ OPGEN_MICROKERNEL void layer_norm_f32_short_of(const opgen_lines_call *call, int
         const double count = (double)call->count;
         (void)count;
         const double mean_line = (double)values[1];
+        const float mean_line_float = (float)mean_line;
         const double inv_std_line = (double)values[4];
+        const float inv_std_line_float = (float)inv_std_line;
         (void)mean_line; /* where the terms kept make it unread */
         (void)inv_std_line; /* where the terms kept make it unread */
         OPGEN_UNROLLED
@@ -675,12 +728,23 @@ OPGEN_MICROKERNEL void layer_norm_f32_short_of(const opgen_lines_call *call, int
             float dst_block[OPGEN_BLOCK];
             OPGEN_SIMD_FLOAT
             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                const double src_value = (double)src_block[lane];
-                const double gamma_value = (double)gamma_block[lane];
-                const double beta_value = (double)beta_block[lane];
-                const double dst_value = ((((src_value - mean_line) * inv_std_line) * gamma_value) + beta_value);
+                const float src_value = (float)src_block[lane];
+                const float gamma_value = (float)gamma_block[lane];
+                const float beta_value = (float)beta_block[lane];
+                const float dst_value = ((((src_value - mean_line_float) * inv_std_line_float) * gamma_value) + beta_value);
                 dst_block[lane] = (float)dst_value;
             }
+        /* an intermediate left float's range (or an input is not finite): in double */
+        if (!(opgen_all_finite(dst_block, OPGEN_BLOCK))) {
+                OPGEN_SIMD_FLOAT
+                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    const double src_value = (double)src_block[lane];
+                    const double gamma_value = (double)gamma_block[lane];
+                    const double beta_value = (double)beta_block[lane];
+                    const double dst_value = ((((src_value - mean_line) * inv_std_line) * gamma_value) + beta_value);
+                    dst_block[lane] = (float)dst_value;
+                }
+        }
             if (filled == OPGEN_BLOCK) {
                 opgen_store_block_f32(dst + OPGEN_BLOCK * opgen_block, dst_block, 0);
             } else {
@@ -753,7 +817,7 @@ static OPGEN_FLATTEN void layer_norm_f32_lines(const opgen_lines_call *opgen_cal
 }
 
 /* layer_norm_f32: Layer normalization over the axes from `begin_norm_axis` to the last, per line of C elements: mean = sum(src) / C, variance = sum((src - mean)^2) / C, dst = (src - mean) / sqrt(variance + epsilon) * gamma + beta.
- * (src f32, gamma f32, beta f32, dst f32, mean f32, variance f32; computed in double, sums in double; 2 reduction passes and an element pass per line) */
+ * (src f32, gamma f32, beta f32, dst f32, mean f32, variance f32; line values in double, elements in float (in double where float leaves its range), sums in double; 2 reduction passes and an element pass per line) */
 void OPGEN_KERNEL(layer_norm_f32)(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT gamma, const float *OPGEN_RESTRICT beta, float *OPGEN_RESTRICT dst, float *OPGEN_RESTRICT mean, float *OPGEN_RESTRICT variance, float epsilon, int64_t outer, int64_t length, int64_t inner)
 {
     static const opgen_lines_pass passes[] = {
@@ -786,7 +850,7 @@ void OPGEN_KERNEL(layer_norm_f32)(const float *OPGEN_RESTRICT src, const float *
 }
 
 /* ---- layer_norm_bf16_f32: Layer normalization over the axes from `begin_norm_axis` to the last, per line of C elements: mean = sum(src) / C, variance = sum((src - mean)^2) / C, dst = (src - mean) / sqrt(variance + epsilon) * gamma + beta.
- * (src bf16, gamma f32, beta f32, dst bf16, mean f32, variance f32; computed in double, sums in double; 2 reduction passes and an element pass per line) ---- */
+ * (src bf16, gamma f32, beta f32, dst bf16, mean f32, variance f32; line values in double, elements in float (in double where float leaves its range), sums in double; 2 reduction passes and an element pass per line) ---- */
 
 /* pass 1 over a contiguous line: sum_src */
 static void layer_norm_bf16_f32_reduce_1(const opgen_lines_call *call, int64_t line, double *values)
@@ -1057,7 +1121,9 @@ OPGEN_MICROKERNEL void layer_norm_bf16_f32_apply_of(const opgen_lines_call *call
     const double count = (double)call->count;
     (void)count;
     const double mean_line = (double)values[1];
+    const float mean_line_float = (float)mean_line;
     const double inv_std_line = (double)values[4];
+    const float inv_std_line_float = (float)inv_std_line;
     int64_t at = 0;
     for (; at + OPGEN_BLOCK <= length; at += OPGEN_BLOCK) {
         float dst_block[OPGEN_BLOCK];
@@ -1083,11 +1149,22 @@ OPGEN_MICROKERNEL void layer_norm_bf16_f32_apply_of(const opgen_lines_call *call
         }
         OPGEN_SIMD_FLOAT
         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-            const double src_value = (double)src_block[lane];
-            const double gamma_value = (double)gamma_block[lane];
-            const double beta_value = (double)beta_block[lane];
-            const double dst_value = ((((src_value - mean_line) * inv_std_line) * gamma_value) + beta_value);
+            const float src_value = (float)src_block[lane];
+            const float gamma_value = (float)gamma_block[lane];
+            const float beta_value = (float)beta_block[lane];
+            const float dst_value = ((((src_value - mean_line_float) * inv_std_line_float) * gamma_value) + beta_value);
             dst_block[lane] = (float)dst_value;
+        }
+        /* an intermediate left float's range (or an input is not finite): in double */
+        if (!(opgen_all_finite(dst_block, OPGEN_BLOCK))) {
+            OPGEN_SIMD_FLOAT
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                const double src_value = (double)src_block[lane];
+                const double gamma_value = (double)gamma_block[lane];
+                const double beta_value = (double)beta_block[lane];
+                const double dst_value = ((((src_value - mean_line) * inv_std_line) * gamma_value) + beta_value);
+                dst_block[lane] = (float)dst_value;
+            }
         }
         opgen_store_block_bf16(dst + at, dst_block, opgen_stream);
     }
@@ -1116,11 +1193,22 @@ OPGEN_MICROKERNEL void layer_norm_bf16_f32_apply_of(const opgen_lines_call *call
         }
         OPGEN_SIMD_FLOAT
         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-            const double src_value = (double)src_block[lane];
-            const double gamma_value = (double)gamma_block[lane];
-            const double beta_value = (double)beta_block[lane];
-            const double dst_value = ((((src_value - mean_line) * inv_std_line) * gamma_value) + beta_value);
+            const float src_value = (float)src_block[lane];
+            const float gamma_value = (float)gamma_block[lane];
+            const float beta_value = (float)beta_block[lane];
+            const float dst_value = ((((src_value - mean_line_float) * inv_std_line_float) * gamma_value) + beta_value);
             dst_block[lane] = (float)dst_value;
+        }
+        /* an intermediate left float's range (or an input is not finite): in double */
+        if (!(opgen_all_finite(dst_block, OPGEN_BLOCK))) {
+            OPGEN_SIMD_FLOAT
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                const double src_value = (double)src_block[lane];
+                const double gamma_value = (double)gamma_block[lane];
+                const double beta_value = (double)beta_block[lane];
+                const double dst_value = ((((src_value - mean_line) * inv_std_line) * gamma_value) + beta_value);
+                dst_block[lane] = (float)dst_value;
+            }
         }
         opgen_store_part_bf16(dst + at, dst_block, filled, opgen_stream);
     }
@@ -1156,9 +1244,17 @@ OPGEN_MICROKERNEL void layer_norm_bf16_f32_apply_columns_of(const opgen_lines_ca
     for (int lane = 0; lane < OPGEN_LINES_LANES; ++lane) {
         mean_line_lanes[lane] = lane < lanes ? (double)values[lane * 5 + 1] : 0;
     }
+    float mean_line_float_lanes[OPGEN_LINES_LANES];
+    for (int lane = 0; lane < OPGEN_LINES_LANES; ++lane) {
+        mean_line_float_lanes[lane] = (float)mean_line_lanes[lane];
+    }
     double inv_std_line_lanes[OPGEN_LINES_LANES]; /* every lane set, not cleared first: see Reduction */
     for (int lane = 0; lane < OPGEN_LINES_LANES; ++lane) {
         inv_std_line_lanes[lane] = lane < lanes ? (double)values[lane * 5 + 4] : 0;
+    }
+    float inv_std_line_float_lanes[OPGEN_LINES_LANES];
+    for (int lane = 0; lane < OPGEN_LINES_LANES; ++lane) {
+        inv_std_line_float_lanes[lane] = (float)inv_std_line_lanes[lane];
     }
     if (lanes == OPGEN_LINES_LANES) {
         for (int64_t r = 0; r < length; ++r) {
@@ -1166,16 +1262,31 @@ OPGEN_MICROKERNEL void layer_norm_bf16_f32_apply_columns_of(const opgen_lines_ca
             for (int opgen_at = 0; opgen_at < OPGEN_LINES_LANES; opgen_at += OPGEN_BLOCK) {
                 float src_block[OPGEN_BLOCK];
                 opgen_load_block_bf16(src_block, src + r * inner + opgen_at, 0);
-                const double gamma_value = gamma != NULL ? (double)(gamma[r]) : 1.0;
-                const double beta_value = beta != NULL ? (double)(beta[r]) : 0.0;
+                const double gamma_step = gamma != NULL ? (double)(gamma[r]) : 1.0;
+                const double beta_step = beta != NULL ? (double)(beta[r]) : 0.0;
                 float dst_block[OPGEN_BLOCK];
                 OPGEN_SIMD_FLOAT
                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                    const double src_value = (double)src_block[lane];
-                    const double mean_line = mean_line_lanes[opgen_at + lane];
-                    const double inv_std_line = inv_std_line_lanes[opgen_at + lane];
-                    const double dst_value = ((((src_value - mean_line) * inv_std_line) * gamma_value) + beta_value);
+                    const float src_value = (float)src_block[lane];
+                    const float gamma_value = (float)gamma_step;
+                    const float beta_value = (float)beta_step;
+                    const float mean_line_float = mean_line_float_lanes[opgen_at + lane];
+                    const float inv_std_line_float = inv_std_line_float_lanes[opgen_at + lane];
+                    const float dst_value = ((((src_value - mean_line_float) * inv_std_line_float) * gamma_value) + beta_value);
                     dst_block[lane] = (float)dst_value;
+                }
+                /* an intermediate left float's range (or an input is not finite): in double */
+                if (!(opgen_all_finite(dst_block, OPGEN_BLOCK))) {
+                    OPGEN_SIMD_FLOAT
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        const double src_value = (double)src_block[lane];
+                        const double gamma_value = (double)gamma_step;
+                        const double beta_value = (double)beta_step;
+                        const double mean_line = mean_line_lanes[opgen_at + lane];
+                        const double inv_std_line = inv_std_line_lanes[opgen_at + lane];
+                        const double dst_value = ((((src_value - mean_line) * inv_std_line) * gamma_value) + beta_value);
+                        dst_block[lane] = (float)dst_value;
+                    }
                 }
                 opgen_store_block_bf16(dst + r * inner + opgen_at, dst_block, opgen_stream);
             }
@@ -1187,16 +1298,31 @@ OPGEN_MICROKERNEL void layer_norm_bf16_f32_apply_columns_of(const opgen_lines_ca
                 for (int64_t r = 0; r < length; ++r) {
                     float src_block[OPGEN_BLOCK];
                     opgen_load_block_bf16(src_block, src + r * inner + opgen_at, 0);
-                    const double gamma_value = gamma != NULL ? (double)(gamma[r]) : 1.0;
-                    const double beta_value = beta != NULL ? (double)(beta[r]) : 0.0;
+                    const double gamma_step = gamma != NULL ? (double)(gamma[r]) : 1.0;
+                    const double beta_step = beta != NULL ? (double)(beta[r]) : 0.0;
                     float dst_block[OPGEN_BLOCK];
                     OPGEN_SIMD_FLOAT
                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                        const double src_value = (double)src_block[lane];
-                        const double mean_line = mean_line_lanes[opgen_at + lane];
-                        const double inv_std_line = inv_std_line_lanes[opgen_at + lane];
-                        const double dst_value = ((((src_value - mean_line) * inv_std_line) * gamma_value) + beta_value);
+                        const float src_value = (float)src_block[lane];
+                        const float gamma_value = (float)gamma_step;
+                        const float beta_value = (float)beta_step;
+                        const float mean_line_float = mean_line_float_lanes[opgen_at + lane];
+                        const float inv_std_line_float = inv_std_line_float_lanes[opgen_at + lane];
+                        const float dst_value = ((((src_value - mean_line_float) * inv_std_line_float) * gamma_value) + beta_value);
                         dst_block[lane] = (float)dst_value;
+                    }
+                    /* an intermediate left float's range (or an input is not finite): in double */
+                    if (!(opgen_all_finite(dst_block, OPGEN_BLOCK))) {
+                        OPGEN_SIMD_FLOAT
+                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                            const double src_value = (double)src_block[lane];
+                            const double gamma_value = (double)gamma_step;
+                            const double beta_value = (double)beta_step;
+                            const double mean_line = mean_line_lanes[opgen_at + lane];
+                            const double inv_std_line = inv_std_line_lanes[opgen_at + lane];
+                            const double dst_value = ((((src_value - mean_line) * inv_std_line) * gamma_value) + beta_value);
+                            dst_block[lane] = (float)dst_value;
+                        }
                     }
                     opgen_store_block_bf16(dst + r * inner + opgen_at, dst_block, opgen_stream);
                 }
@@ -1204,16 +1330,31 @@ OPGEN_MICROKERNEL void layer_norm_bf16_f32_apply_columns_of(const opgen_lines_ca
                 for (int64_t r = 0; r < length; ++r) {
                     float src_block[OPGEN_BLOCK];
                     opgen_load_part_bf16(src_block, src + r * inner + opgen_at, filled);
-                    const double gamma_value = gamma != NULL ? (double)(gamma[r]) : 1.0;
-                    const double beta_value = beta != NULL ? (double)(beta[r]) : 0.0;
+                    const double gamma_step = gamma != NULL ? (double)(gamma[r]) : 1.0;
+                    const double beta_step = beta != NULL ? (double)(beta[r]) : 0.0;
                     float dst_block[OPGEN_BLOCK];
                     OPGEN_SIMD_FLOAT
                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                        const double src_value = (double)src_block[lane];
-                        const double mean_line = mean_line_lanes[opgen_at + lane];
-                        const double inv_std_line = inv_std_line_lanes[opgen_at + lane];
-                        const double dst_value = ((((src_value - mean_line) * inv_std_line) * gamma_value) + beta_value);
+                        const float src_value = (float)src_block[lane];
+                        const float gamma_value = (float)gamma_step;
+                        const float beta_value = (float)beta_step;
+                        const float mean_line_float = mean_line_float_lanes[opgen_at + lane];
+                        const float inv_std_line_float = inv_std_line_float_lanes[opgen_at + lane];
+                        const float dst_value = ((((src_value - mean_line_float) * inv_std_line_float) * gamma_value) + beta_value);
                         dst_block[lane] = (float)dst_value;
+                    }
+                    /* an intermediate left float's range (or an input is not finite): in double */
+                    if (!(opgen_all_finite(dst_block, OPGEN_BLOCK))) {
+                        OPGEN_SIMD_FLOAT
+                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                            const double src_value = (double)src_block[lane];
+                            const double gamma_value = (double)gamma_step;
+                            const double beta_value = (double)beta_step;
+                            const double mean_line = mean_line_lanes[opgen_at + lane];
+                            const double inv_std_line = inv_std_line_lanes[opgen_at + lane];
+                            const double dst_value = ((((src_value - mean_line) * inv_std_line) * gamma_value) + beta_value);
+                            dst_block[lane] = (float)dst_value;
+                        }
                     }
                     opgen_store_part_bf16(dst + r * inner + opgen_at, dst_block, filled, opgen_stream);
                 }
@@ -1397,7 +1538,9 @@ OPGEN_MICROKERNEL void layer_norm_bf16_f32_short_of(const opgen_lines_call *call
         const double count = (double)call->count;
         (void)count;
         const double mean_line = (double)values[1];
+        const float mean_line_float = (float)mean_line;
         const double inv_std_line = (double)values[4];
+        const float inv_std_line_float = (float)inv_std_line;
         (void)mean_line; /* where the terms kept make it unread */
         (void)inv_std_line; /* where the terms kept make it unread */
         OPGEN_UNROLLED
@@ -1409,12 +1552,23 @@ OPGEN_MICROKERNEL void layer_norm_bf16_f32_short_of(const opgen_lines_call *call
             float dst_block[OPGEN_BLOCK];
             OPGEN_SIMD_FLOAT
             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                const double src_value = (double)src_block[lane];
-                const double gamma_value = (double)gamma_block[lane];
-                const double beta_value = (double)beta_block[lane];
-                const double dst_value = ((((src_value - mean_line) * inv_std_line) * gamma_value) + beta_value);
+                const float src_value = (float)src_block[lane];
+                const float gamma_value = (float)gamma_block[lane];
+                const float beta_value = (float)beta_block[lane];
+                const float dst_value = ((((src_value - mean_line_float) * inv_std_line_float) * gamma_value) + beta_value);
                 dst_block[lane] = (float)dst_value;
             }
+        /* an intermediate left float's range (or an input is not finite): in double */
+        if (!(opgen_all_finite(dst_block, OPGEN_BLOCK))) {
+                OPGEN_SIMD_FLOAT
+                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    const double src_value = (double)src_block[lane];
+                    const double gamma_value = (double)gamma_block[lane];
+                    const double beta_value = (double)beta_block[lane];
+                    const double dst_value = ((((src_value - mean_line) * inv_std_line) * gamma_value) + beta_value);
+                    dst_block[lane] = (float)dst_value;
+                }
+        }
             if (filled == OPGEN_BLOCK) {
                 opgen_store_block_bf16(dst + OPGEN_BLOCK * opgen_block, dst_block, 0);
             } else {
@@ -1487,7 +1641,7 @@ static OPGEN_FLATTEN void layer_norm_bf16_f32_lines(const opgen_lines_call *opge
 }
 
 /* layer_norm_bf16_f32: Layer normalization over the axes from `begin_norm_axis` to the last, per line of C elements: mean = sum(src) / C, variance = sum((src - mean)^2) / C, dst = (src - mean) / sqrt(variance + epsilon) * gamma + beta.
- * (src bf16, gamma f32, beta f32, dst bf16, mean f32, variance f32; computed in double, sums in double; 2 reduction passes and an element pass per line) */
+ * (src bf16, gamma f32, beta f32, dst bf16, mean f32, variance f32; line values in double, elements in float (in double where float leaves its range), sums in double; 2 reduction passes and an element pass per line) */
 void OPGEN_KERNEL(layer_norm_bf16_f32)(const opgen_bf16 *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT gamma, const float *OPGEN_RESTRICT beta, opgen_bf16 *OPGEN_RESTRICT dst, float *OPGEN_RESTRICT mean, float *OPGEN_RESTRICT variance, float epsilon, int64_t outer, int64_t length, int64_t inner)
 {
     static const opgen_lines_pass passes[] = {
@@ -1520,7 +1674,7 @@ void OPGEN_KERNEL(layer_norm_bf16_f32)(const opgen_bf16 *OPGEN_RESTRICT src, con
 }
 
 /* ---- layer_norm_bf16: Layer normalization over the axes from `begin_norm_axis` to the last, per line of C elements: mean = sum(src) / C, variance = sum((src - mean)^2) / C, dst = (src - mean) / sqrt(variance + epsilon) * gamma + beta.
- * (src bf16, gamma bf16, beta bf16, dst bf16, mean bf16, variance bf16; computed in double, sums in double; 2 reduction passes and an element pass per line) ---- */
+ * (src bf16, gamma bf16, beta bf16, dst bf16, mean bf16, variance bf16; line values in double, elements in float (in double where float leaves its range), sums in double; 2 reduction passes and an element pass per line) ---- */
 
 /* pass 1 over a contiguous line: sum_src */
 static void layer_norm_bf16_reduce_1(const opgen_lines_call *call, int64_t line, double *values)
@@ -1791,7 +1945,9 @@ OPGEN_MICROKERNEL void layer_norm_bf16_apply_of(const opgen_lines_call *call, in
     const double count = (double)call->count;
     (void)count;
     const double mean_line = (double)values[1];
+    const float mean_line_float = (float)mean_line;
     const double inv_std_line = (double)values[4];
+    const float inv_std_line_float = (float)inv_std_line;
     int64_t at = 0;
     for (; at + OPGEN_BLOCK <= length; at += OPGEN_BLOCK) {
         float dst_block[OPGEN_BLOCK];
@@ -1817,11 +1973,22 @@ OPGEN_MICROKERNEL void layer_norm_bf16_apply_of(const opgen_lines_call *call, in
         }
         OPGEN_SIMD_FLOAT
         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-            const double src_value = (double)src_block[lane];
-            const double gamma_value = (double)gamma_block[lane];
-            const double beta_value = (double)beta_block[lane];
-            const double dst_value = ((((src_value - mean_line) * inv_std_line) * gamma_value) + beta_value);
+            const float src_value = (float)src_block[lane];
+            const float gamma_value = (float)gamma_block[lane];
+            const float beta_value = (float)beta_block[lane];
+            const float dst_value = ((((src_value - mean_line_float) * inv_std_line_float) * gamma_value) + beta_value);
             dst_block[lane] = (float)dst_value;
+        }
+        /* an intermediate left float's range (or an input is not finite): in double */
+        if (!(opgen_all_finite(dst_block, OPGEN_BLOCK))) {
+            OPGEN_SIMD_FLOAT
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                const double src_value = (double)src_block[lane];
+                const double gamma_value = (double)gamma_block[lane];
+                const double beta_value = (double)beta_block[lane];
+                const double dst_value = ((((src_value - mean_line) * inv_std_line) * gamma_value) + beta_value);
+                dst_block[lane] = (float)dst_value;
+            }
         }
         opgen_store_block_bf16(dst + at, dst_block, opgen_stream);
     }
@@ -1850,11 +2017,22 @@ OPGEN_MICROKERNEL void layer_norm_bf16_apply_of(const opgen_lines_call *call, in
         }
         OPGEN_SIMD_FLOAT
         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-            const double src_value = (double)src_block[lane];
-            const double gamma_value = (double)gamma_block[lane];
-            const double beta_value = (double)beta_block[lane];
-            const double dst_value = ((((src_value - mean_line) * inv_std_line) * gamma_value) + beta_value);
+            const float src_value = (float)src_block[lane];
+            const float gamma_value = (float)gamma_block[lane];
+            const float beta_value = (float)beta_block[lane];
+            const float dst_value = ((((src_value - mean_line_float) * inv_std_line_float) * gamma_value) + beta_value);
             dst_block[lane] = (float)dst_value;
+        }
+        /* an intermediate left float's range (or an input is not finite): in double */
+        if (!(opgen_all_finite(dst_block, OPGEN_BLOCK))) {
+            OPGEN_SIMD_FLOAT
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                const double src_value = (double)src_block[lane];
+                const double gamma_value = (double)gamma_block[lane];
+                const double beta_value = (double)beta_block[lane];
+                const double dst_value = ((((src_value - mean_line) * inv_std_line) * gamma_value) + beta_value);
+                dst_block[lane] = (float)dst_value;
+            }
         }
         opgen_store_part_bf16(dst + at, dst_block, filled, opgen_stream);
     }
@@ -1890,9 +2068,17 @@ OPGEN_MICROKERNEL void layer_norm_bf16_apply_columns_of(const opgen_lines_call *
     for (int lane = 0; lane < OPGEN_LINES_LANES; ++lane) {
         mean_line_lanes[lane] = lane < lanes ? (double)values[lane * 5 + 1] : 0;
     }
+    float mean_line_float_lanes[OPGEN_LINES_LANES];
+    for (int lane = 0; lane < OPGEN_LINES_LANES; ++lane) {
+        mean_line_float_lanes[lane] = (float)mean_line_lanes[lane];
+    }
     double inv_std_line_lanes[OPGEN_LINES_LANES]; /* every lane set, not cleared first: see Reduction */
     for (int lane = 0; lane < OPGEN_LINES_LANES; ++lane) {
         inv_std_line_lanes[lane] = lane < lanes ? (double)values[lane * 5 + 4] : 0;
+    }
+    float inv_std_line_float_lanes[OPGEN_LINES_LANES];
+    for (int lane = 0; lane < OPGEN_LINES_LANES; ++lane) {
+        inv_std_line_float_lanes[lane] = (float)inv_std_line_lanes[lane];
     }
     if (lanes == OPGEN_LINES_LANES) {
         for (int64_t r = 0; r < length; ++r) {
@@ -1900,16 +2086,31 @@ OPGEN_MICROKERNEL void layer_norm_bf16_apply_columns_of(const opgen_lines_call *
             for (int opgen_at = 0; opgen_at < OPGEN_LINES_LANES; opgen_at += OPGEN_BLOCK) {
                 float src_block[OPGEN_BLOCK];
                 opgen_load_block_bf16(src_block, src + r * inner + opgen_at, 0);
-                const double gamma_value = gamma != NULL ? (double)(opgen_bf16_to_f32(gamma[r])) : 1.0;
-                const double beta_value = beta != NULL ? (double)(opgen_bf16_to_f32(beta[r])) : 0.0;
+                const double gamma_step = gamma != NULL ? (double)(opgen_bf16_to_f32(gamma[r])) : 1.0;
+                const double beta_step = beta != NULL ? (double)(opgen_bf16_to_f32(beta[r])) : 0.0;
                 float dst_block[OPGEN_BLOCK];
                 OPGEN_SIMD_FLOAT
                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                    const double src_value = (double)src_block[lane];
-                    const double mean_line = mean_line_lanes[opgen_at + lane];
-                    const double inv_std_line = inv_std_line_lanes[opgen_at + lane];
-                    const double dst_value = ((((src_value - mean_line) * inv_std_line) * gamma_value) + beta_value);
+                    const float src_value = (float)src_block[lane];
+                    const float gamma_value = (float)gamma_step;
+                    const float beta_value = (float)beta_step;
+                    const float mean_line_float = mean_line_float_lanes[opgen_at + lane];
+                    const float inv_std_line_float = inv_std_line_float_lanes[opgen_at + lane];
+                    const float dst_value = ((((src_value - mean_line_float) * inv_std_line_float) * gamma_value) + beta_value);
                     dst_block[lane] = (float)dst_value;
+                }
+                /* an intermediate left float's range (or an input is not finite): in double */
+                if (!(opgen_all_finite(dst_block, OPGEN_BLOCK))) {
+                    OPGEN_SIMD_FLOAT
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        const double src_value = (double)src_block[lane];
+                        const double gamma_value = (double)gamma_step;
+                        const double beta_value = (double)beta_step;
+                        const double mean_line = mean_line_lanes[opgen_at + lane];
+                        const double inv_std_line = inv_std_line_lanes[opgen_at + lane];
+                        const double dst_value = ((((src_value - mean_line) * inv_std_line) * gamma_value) + beta_value);
+                        dst_block[lane] = (float)dst_value;
+                    }
                 }
                 opgen_store_block_bf16(dst + r * inner + opgen_at, dst_block, opgen_stream);
             }
@@ -1921,16 +2122,31 @@ OPGEN_MICROKERNEL void layer_norm_bf16_apply_columns_of(const opgen_lines_call *
                 for (int64_t r = 0; r < length; ++r) {
                     float src_block[OPGEN_BLOCK];
                     opgen_load_block_bf16(src_block, src + r * inner + opgen_at, 0);
-                    const double gamma_value = gamma != NULL ? (double)(opgen_bf16_to_f32(gamma[r])) : 1.0;
-                    const double beta_value = beta != NULL ? (double)(opgen_bf16_to_f32(beta[r])) : 0.0;
+                    const double gamma_step = gamma != NULL ? (double)(opgen_bf16_to_f32(gamma[r])) : 1.0;
+                    const double beta_step = beta != NULL ? (double)(opgen_bf16_to_f32(beta[r])) : 0.0;
                     float dst_block[OPGEN_BLOCK];
                     OPGEN_SIMD_FLOAT
                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                        const double src_value = (double)src_block[lane];
-                        const double mean_line = mean_line_lanes[opgen_at + lane];
-                        const double inv_std_line = inv_std_line_lanes[opgen_at + lane];
-                        const double dst_value = ((((src_value - mean_line) * inv_std_line) * gamma_value) + beta_value);
+                        const float src_value = (float)src_block[lane];
+                        const float gamma_value = (float)gamma_step;
+                        const float beta_value = (float)beta_step;
+                        const float mean_line_float = mean_line_float_lanes[opgen_at + lane];
+                        const float inv_std_line_float = inv_std_line_float_lanes[opgen_at + lane];
+                        const float dst_value = ((((src_value - mean_line_float) * inv_std_line_float) * gamma_value) + beta_value);
                         dst_block[lane] = (float)dst_value;
+                    }
+                    /* an intermediate left float's range (or an input is not finite): in double */
+                    if (!(opgen_all_finite(dst_block, OPGEN_BLOCK))) {
+                        OPGEN_SIMD_FLOAT
+                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                            const double src_value = (double)src_block[lane];
+                            const double gamma_value = (double)gamma_step;
+                            const double beta_value = (double)beta_step;
+                            const double mean_line = mean_line_lanes[opgen_at + lane];
+                            const double inv_std_line = inv_std_line_lanes[opgen_at + lane];
+                            const double dst_value = ((((src_value - mean_line) * inv_std_line) * gamma_value) + beta_value);
+                            dst_block[lane] = (float)dst_value;
+                        }
                     }
                     opgen_store_block_bf16(dst + r * inner + opgen_at, dst_block, opgen_stream);
                 }
@@ -1938,16 +2154,31 @@ OPGEN_MICROKERNEL void layer_norm_bf16_apply_columns_of(const opgen_lines_call *
                 for (int64_t r = 0; r < length; ++r) {
                     float src_block[OPGEN_BLOCK];
                     opgen_load_part_bf16(src_block, src + r * inner + opgen_at, filled);
-                    const double gamma_value = gamma != NULL ? (double)(opgen_bf16_to_f32(gamma[r])) : 1.0;
-                    const double beta_value = beta != NULL ? (double)(opgen_bf16_to_f32(beta[r])) : 0.0;
+                    const double gamma_step = gamma != NULL ? (double)(opgen_bf16_to_f32(gamma[r])) : 1.0;
+                    const double beta_step = beta != NULL ? (double)(opgen_bf16_to_f32(beta[r])) : 0.0;
                     float dst_block[OPGEN_BLOCK];
                     OPGEN_SIMD_FLOAT
                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                        const double src_value = (double)src_block[lane];
-                        const double mean_line = mean_line_lanes[opgen_at + lane];
-                        const double inv_std_line = inv_std_line_lanes[opgen_at + lane];
-                        const double dst_value = ((((src_value - mean_line) * inv_std_line) * gamma_value) + beta_value);
+                        const float src_value = (float)src_block[lane];
+                        const float gamma_value = (float)gamma_step;
+                        const float beta_value = (float)beta_step;
+                        const float mean_line_float = mean_line_float_lanes[opgen_at + lane];
+                        const float inv_std_line_float = inv_std_line_float_lanes[opgen_at + lane];
+                        const float dst_value = ((((src_value - mean_line_float) * inv_std_line_float) * gamma_value) + beta_value);
                         dst_block[lane] = (float)dst_value;
+                    }
+                    /* an intermediate left float's range (or an input is not finite): in double */
+                    if (!(opgen_all_finite(dst_block, OPGEN_BLOCK))) {
+                        OPGEN_SIMD_FLOAT
+                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                            const double src_value = (double)src_block[lane];
+                            const double gamma_value = (double)gamma_step;
+                            const double beta_value = (double)beta_step;
+                            const double mean_line = mean_line_lanes[opgen_at + lane];
+                            const double inv_std_line = inv_std_line_lanes[opgen_at + lane];
+                            const double dst_value = ((((src_value - mean_line) * inv_std_line) * gamma_value) + beta_value);
+                            dst_block[lane] = (float)dst_value;
+                        }
                     }
                     opgen_store_part_bf16(dst + r * inner + opgen_at, dst_block, filled, opgen_stream);
                 }
@@ -2131,7 +2362,9 @@ OPGEN_MICROKERNEL void layer_norm_bf16_short_of(const opgen_lines_call *call, in
         const double count = (double)call->count;
         (void)count;
         const double mean_line = (double)values[1];
+        const float mean_line_float = (float)mean_line;
         const double inv_std_line = (double)values[4];
+        const float inv_std_line_float = (float)inv_std_line;
         (void)mean_line; /* where the terms kept make it unread */
         (void)inv_std_line; /* where the terms kept make it unread */
         OPGEN_UNROLLED
@@ -2143,12 +2376,23 @@ OPGEN_MICROKERNEL void layer_norm_bf16_short_of(const opgen_lines_call *call, in
             float dst_block[OPGEN_BLOCK];
             OPGEN_SIMD_FLOAT
             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                const double src_value = (double)src_block[lane];
-                const double gamma_value = (double)gamma_block[lane];
-                const double beta_value = (double)beta_block[lane];
-                const double dst_value = ((((src_value - mean_line) * inv_std_line) * gamma_value) + beta_value);
+                const float src_value = (float)src_block[lane];
+                const float gamma_value = (float)gamma_block[lane];
+                const float beta_value = (float)beta_block[lane];
+                const float dst_value = ((((src_value - mean_line_float) * inv_std_line_float) * gamma_value) + beta_value);
                 dst_block[lane] = (float)dst_value;
             }
+        /* an intermediate left float's range (or an input is not finite): in double */
+        if (!(opgen_all_finite(dst_block, OPGEN_BLOCK))) {
+                OPGEN_SIMD_FLOAT
+                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    const double src_value = (double)src_block[lane];
+                    const double gamma_value = (double)gamma_block[lane];
+                    const double beta_value = (double)beta_block[lane];
+                    const double dst_value = ((((src_value - mean_line) * inv_std_line) * gamma_value) + beta_value);
+                    dst_block[lane] = (float)dst_value;
+                }
+        }
             if (filled == OPGEN_BLOCK) {
                 opgen_store_block_bf16(dst + OPGEN_BLOCK * opgen_block, dst_block, 0);
             } else {
@@ -2221,7 +2465,7 @@ static OPGEN_FLATTEN void layer_norm_bf16_lines(const opgen_lines_call *opgen_ca
 }
 
 /* layer_norm_bf16: Layer normalization over the axes from `begin_norm_axis` to the last, per line of C elements: mean = sum(src) / C, variance = sum((src - mean)^2) / C, dst = (src - mean) / sqrt(variance + epsilon) * gamma + beta.
- * (src bf16, gamma bf16, beta bf16, dst bf16, mean bf16, variance bf16; computed in double, sums in double; 2 reduction passes and an element pass per line) */
+ * (src bf16, gamma bf16, beta bf16, dst bf16, mean bf16, variance bf16; line values in double, elements in float (in double where float leaves its range), sums in double; 2 reduction passes and an element pass per line) */
 void OPGEN_KERNEL(layer_norm_bf16)(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT gamma, const opgen_bf16 *OPGEN_RESTRICT beta, opgen_bf16 *OPGEN_RESTRICT dst, opgen_bf16 *OPGEN_RESTRICT mean, opgen_bf16 *OPGEN_RESTRICT variance, float epsilon, int64_t outer, int64_t length, int64_t inner)
 {
     static const opgen_lines_pass passes[] = {
@@ -2634,12 +2878,14 @@ OPGEN_MICROKERNEL void layer_norm_f16_f32_apply_columns_of(const opgen_lines_cal
             for (int opgen_at = 0; opgen_at < OPGEN_LINES_LANES; opgen_at += OPGEN_BLOCK) {
                 float src_block[OPGEN_BLOCK];
                 opgen_load_block_f16(src_block, src + r * inner + opgen_at, 0);
-                const float gamma_value = gamma != NULL ? gamma[r] : 1.0f;
-                const float beta_value = beta != NULL ? beta[r] : 0.0f;
+                const float gamma_step = gamma != NULL ? gamma[r] : 1.0f;
+                const float beta_step = beta != NULL ? beta[r] : 0.0f;
                 float dst_block[OPGEN_BLOCK];
                 OPGEN_SIMD_FLOAT
                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                     const float src_value = (float)src_block[lane];
+                    const float gamma_value = (float)gamma_step;
+                    const float beta_value = (float)beta_step;
                     const float mean_line = mean_line_lanes[opgen_at + lane];
                     const float inv_std_line = inv_std_line_lanes[opgen_at + lane];
                     const float dst_value = ((((src_value - mean_line) * inv_std_line) * gamma_value) + beta_value);
@@ -2655,12 +2901,14 @@ OPGEN_MICROKERNEL void layer_norm_f16_f32_apply_columns_of(const opgen_lines_cal
                 for (int64_t r = 0; r < length; ++r) {
                     float src_block[OPGEN_BLOCK];
                     opgen_load_block_f16(src_block, src + r * inner + opgen_at, 0);
-                    const float gamma_value = gamma != NULL ? gamma[r] : 1.0f;
-                    const float beta_value = beta != NULL ? beta[r] : 0.0f;
+                    const float gamma_step = gamma != NULL ? gamma[r] : 1.0f;
+                    const float beta_step = beta != NULL ? beta[r] : 0.0f;
                     float dst_block[OPGEN_BLOCK];
                     OPGEN_SIMD_FLOAT
                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                         const float src_value = (float)src_block[lane];
+                        const float gamma_value = (float)gamma_step;
+                        const float beta_value = (float)beta_step;
                         const float mean_line = mean_line_lanes[opgen_at + lane];
                         const float inv_std_line = inv_std_line_lanes[opgen_at + lane];
                         const float dst_value = ((((src_value - mean_line) * inv_std_line) * gamma_value) + beta_value);
@@ -2672,12 +2920,14 @@ OPGEN_MICROKERNEL void layer_norm_f16_f32_apply_columns_of(const opgen_lines_cal
                 for (int64_t r = 0; r < length; ++r) {
                     float src_block[OPGEN_BLOCK];
                     opgen_load_part_f16(src_block, src + r * inner + opgen_at, filled);
-                    const float gamma_value = gamma != NULL ? gamma[r] : 1.0f;
-                    const float beta_value = beta != NULL ? beta[r] : 0.0f;
+                    const float gamma_step = gamma != NULL ? gamma[r] : 1.0f;
+                    const float beta_step = beta != NULL ? beta[r] : 0.0f;
                     float dst_block[OPGEN_BLOCK];
                     OPGEN_SIMD_FLOAT
                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                         const float src_value = (float)src_block[lane];
+                        const float gamma_value = (float)gamma_step;
+                        const float beta_value = (float)beta_step;
                         const float mean_line = mean_line_lanes[opgen_at + lane];
                         const float inv_std_line = inv_std_line_lanes[opgen_at + lane];
                         const float dst_value = ((((src_value - mean_line) * inv_std_line) * gamma_value) + beta_value);

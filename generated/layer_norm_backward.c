@@ -135,11 +135,12 @@ static void layer_norm_backward_f32_reduce_1_columns(const opgen_lines_call *cal
                 opgen_load_block_f32(src_block, src + r * inner + opgen_at, 0);
                 float diff_dst_block[OPGEN_BLOCK];
                 opgen_load_block_f32(diff_dst_block, diff_dst + r * inner + opgen_at, 0);
-                const float gamma_value = gamma != NULL ? gamma[r] : 1.0f;
+                const float gamma_step = gamma != NULL ? gamma[r] : 1.0f;
                 OPGEN_SIMD_FLOAT
                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                     const float src_value = (float)src_block[lane];
                     const float diff_dst_value = (float)diff_dst_block[lane];
+                    const float gamma_value = (float)gamma_step;
                     const float mean_line = mean_line_lanes[opgen_at + lane];
                     const float sum_g_term = (diff_dst_value * gamma_value);
                     sum_g_lanes[opgen_at + lane] = sum_g_lanes[opgen_at + lane] + (double)sum_g_term;
@@ -165,11 +166,12 @@ static void layer_norm_backward_f32_reduce_1_columns(const opgen_lines_call *cal
                     opgen_load_block_f32(src_block, src + r * inner + opgen_at, 0);
                     float diff_dst_block[OPGEN_BLOCK];
                     opgen_load_block_f32(diff_dst_block, diff_dst + r * inner + opgen_at, 0);
-                    const float gamma_value = gamma != NULL ? gamma[r] : 1.0f;
+                    const float gamma_step = gamma != NULL ? gamma[r] : 1.0f;
                     OPGEN_SIMD_FLOAT
                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                         const float src_value = (float)src_block[lane];
                         const float diff_dst_value = (float)diff_dst_block[lane];
+                        const float gamma_value = (float)gamma_step;
                         const float mean_line = mean_line_lanes[opgen_at + lane];
                         const float sum_g_term = (diff_dst_value * gamma_value);
                         sum_g_block_lanes[lane] = sum_g_block_lanes[lane] + (double)sum_g_term;
@@ -183,11 +185,12 @@ static void layer_norm_backward_f32_reduce_1_columns(const opgen_lines_call *cal
                     opgen_load_part_f32(src_block, src + r * inner + opgen_at, filled);
                     float diff_dst_block[OPGEN_BLOCK];
                     opgen_load_part_f32(diff_dst_block, diff_dst + r * inner + opgen_at, filled);
-                    const float gamma_value = gamma != NULL ? gamma[r] : 1.0f;
+                    const float gamma_step = gamma != NULL ? gamma[r] : 1.0f;
                     OPGEN_SIMD_FLOAT
                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                         const float src_value = (float)src_block[lane];
                         const float diff_dst_value = (float)diff_dst_block[lane];
+                        const float gamma_value = (float)gamma_step;
                         const float mean_line = mean_line_lanes[opgen_at + lane];
                         const float sum_g_term = (diff_dst_value * gamma_value);
                         sum_g_block_lanes[lane] = sum_g_block_lanes[lane] + (double)sum_g_term;
@@ -368,7 +371,7 @@ OPGEN_MICROKERNEL void layer_norm_backward_f32_apply_columns_of(const opgen_line
                 opgen_load_block_f32(src_block, src + r * inner + opgen_at, 0);
                 float diff_dst_block[OPGEN_BLOCK];
                 opgen_load_block_f32(diff_dst_block, diff_dst + r * inner + opgen_at, 0);
-                const float gamma_value = gamma != NULL ? gamma[r] : 1.0f;
+                const float gamma_step = gamma != NULL ? gamma[r] : 1.0f;
                 float diff_src_block[OPGEN_BLOCK];
                 double diff_gamma_terms[OPGEN_BLOCK];
                 double diff_beta_terms[OPGEN_BLOCK];
@@ -376,6 +379,7 @@ OPGEN_MICROKERNEL void layer_norm_backward_f32_apply_columns_of(const opgen_line
                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                     const float src_value = (float)src_block[lane];
                     const float diff_dst_value = (float)diff_dst_block[lane];
+                    const float gamma_value = (float)gamma_step;
                     const float mean_line = mean_line_lanes[opgen_at + lane];
                     const float inv_std_line = inv_std_line_lanes[opgen_at + lane];
                     const float mean_g_line = mean_g_line_lanes[opgen_at + lane];
@@ -405,7 +409,7 @@ OPGEN_MICROKERNEL void layer_norm_backward_f32_apply_columns_of(const opgen_line
                     opgen_load_block_f32(src_block, src + r * inner + opgen_at, 0);
                     float diff_dst_block[OPGEN_BLOCK];
                     opgen_load_block_f32(diff_dst_block, diff_dst + r * inner + opgen_at, 0);
-                    const float gamma_value = gamma != NULL ? gamma[r] : 1.0f;
+                    const float gamma_step = gamma != NULL ? gamma[r] : 1.0f;
                     float diff_src_block[OPGEN_BLOCK];
                     double diff_gamma_terms[OPGEN_BLOCK];
                     double diff_beta_terms[OPGEN_BLOCK];
@@ -413,6 +417,7 @@ OPGEN_MICROKERNEL void layer_norm_backward_f32_apply_columns_of(const opgen_line
                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                         const float src_value = (float)src_block[lane];
                         const float diff_dst_value = (float)diff_dst_block[lane];
+                        const float gamma_value = (float)gamma_step;
                         const float mean_line = mean_line_lanes[opgen_at + lane];
                         const float inv_std_line = inv_std_line_lanes[opgen_at + lane];
                         const float mean_g_line = mean_g_line_lanes[opgen_at + lane];
@@ -438,7 +443,7 @@ OPGEN_MICROKERNEL void layer_norm_backward_f32_apply_columns_of(const opgen_line
                     opgen_load_part_f32(src_block, src + r * inner + opgen_at, filled);
                     float diff_dst_block[OPGEN_BLOCK];
                     opgen_load_part_f32(diff_dst_block, diff_dst + r * inner + opgen_at, filled);
-                    const float gamma_value = gamma != NULL ? gamma[r] : 1.0f;
+                    const float gamma_step = gamma != NULL ? gamma[r] : 1.0f;
                     float diff_src_block[OPGEN_BLOCK];
                     double diff_gamma_terms[OPGEN_BLOCK];
                     double diff_beta_terms[OPGEN_BLOCK];
@@ -446,6 +451,7 @@ OPGEN_MICROKERNEL void layer_norm_backward_f32_apply_columns_of(const opgen_line
                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                         const float src_value = (float)src_block[lane];
                         const float diff_dst_value = (float)diff_dst_block[lane];
+                        const float gamma_value = (float)gamma_step;
                         const float mean_line = mean_line_lanes[opgen_at + lane];
                         const float inv_std_line = inv_std_line_lanes[opgen_at + lane];
                         const float mean_g_line = mean_g_line_lanes[opgen_at + lane];
@@ -871,11 +877,12 @@ static void layer_norm_backward_bf16_f32_reduce_1_columns(const opgen_lines_call
                 opgen_load_block_bf16(src_block, src + r * inner + opgen_at, 0);
                 float diff_dst_block[OPGEN_BLOCK];
                 opgen_load_block_bf16(diff_dst_block, diff_dst + r * inner + opgen_at, 0);
-                const float gamma_value = gamma != NULL ? gamma[r] : 1.0f;
+                const float gamma_step = gamma != NULL ? gamma[r] : 1.0f;
                 OPGEN_SIMD_FLOAT
                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                     const float src_value = (float)src_block[lane];
                     const float diff_dst_value = (float)diff_dst_block[lane];
+                    const float gamma_value = (float)gamma_step;
                     const float mean_line = mean_line_lanes[opgen_at + lane];
                     const float sum_g_term = (diff_dst_value * gamma_value);
                     sum_g_lanes[opgen_at + lane] = sum_g_lanes[opgen_at + lane] + (double)sum_g_term;
@@ -901,11 +908,12 @@ static void layer_norm_backward_bf16_f32_reduce_1_columns(const opgen_lines_call
                     opgen_load_block_bf16(src_block, src + r * inner + opgen_at, 0);
                     float diff_dst_block[OPGEN_BLOCK];
                     opgen_load_block_bf16(diff_dst_block, diff_dst + r * inner + opgen_at, 0);
-                    const float gamma_value = gamma != NULL ? gamma[r] : 1.0f;
+                    const float gamma_step = gamma != NULL ? gamma[r] : 1.0f;
                     OPGEN_SIMD_FLOAT
                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                         const float src_value = (float)src_block[lane];
                         const float diff_dst_value = (float)diff_dst_block[lane];
+                        const float gamma_value = (float)gamma_step;
                         const float mean_line = mean_line_lanes[opgen_at + lane];
                         const float sum_g_term = (diff_dst_value * gamma_value);
                         sum_g_block_lanes[lane] = sum_g_block_lanes[lane] + (double)sum_g_term;
@@ -919,11 +927,12 @@ static void layer_norm_backward_bf16_f32_reduce_1_columns(const opgen_lines_call
                     opgen_load_part_bf16(src_block, src + r * inner + opgen_at, filled);
                     float diff_dst_block[OPGEN_BLOCK];
                     opgen_load_part_bf16(diff_dst_block, diff_dst + r * inner + opgen_at, filled);
-                    const float gamma_value = gamma != NULL ? gamma[r] : 1.0f;
+                    const float gamma_step = gamma != NULL ? gamma[r] : 1.0f;
                     OPGEN_SIMD_FLOAT
                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                         const float src_value = (float)src_block[lane];
                         const float diff_dst_value = (float)diff_dst_block[lane];
+                        const float gamma_value = (float)gamma_step;
                         const float mean_line = mean_line_lanes[opgen_at + lane];
                         const float sum_g_term = (diff_dst_value * gamma_value);
                         sum_g_block_lanes[lane] = sum_g_block_lanes[lane] + (double)sum_g_term;
@@ -1104,7 +1113,7 @@ OPGEN_MICROKERNEL void layer_norm_backward_bf16_f32_apply_columns_of(const opgen
                 opgen_load_block_bf16(src_block, src + r * inner + opgen_at, 0);
                 float diff_dst_block[OPGEN_BLOCK];
                 opgen_load_block_bf16(diff_dst_block, diff_dst + r * inner + opgen_at, 0);
-                const float gamma_value = gamma != NULL ? gamma[r] : 1.0f;
+                const float gamma_step = gamma != NULL ? gamma[r] : 1.0f;
                 float diff_src_block[OPGEN_BLOCK];
                 double diff_gamma_terms[OPGEN_BLOCK];
                 double diff_beta_terms[OPGEN_BLOCK];
@@ -1112,6 +1121,7 @@ OPGEN_MICROKERNEL void layer_norm_backward_bf16_f32_apply_columns_of(const opgen
                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                     const float src_value = (float)src_block[lane];
                     const float diff_dst_value = (float)diff_dst_block[lane];
+                    const float gamma_value = (float)gamma_step;
                     const float mean_line = mean_line_lanes[opgen_at + lane];
                     const float inv_std_line = inv_std_line_lanes[opgen_at + lane];
                     const float mean_g_line = mean_g_line_lanes[opgen_at + lane];
@@ -1141,7 +1151,7 @@ OPGEN_MICROKERNEL void layer_norm_backward_bf16_f32_apply_columns_of(const opgen
                     opgen_load_block_bf16(src_block, src + r * inner + opgen_at, 0);
                     float diff_dst_block[OPGEN_BLOCK];
                     opgen_load_block_bf16(diff_dst_block, diff_dst + r * inner + opgen_at, 0);
-                    const float gamma_value = gamma != NULL ? gamma[r] : 1.0f;
+                    const float gamma_step = gamma != NULL ? gamma[r] : 1.0f;
                     float diff_src_block[OPGEN_BLOCK];
                     double diff_gamma_terms[OPGEN_BLOCK];
                     double diff_beta_terms[OPGEN_BLOCK];
@@ -1149,6 +1159,7 @@ OPGEN_MICROKERNEL void layer_norm_backward_bf16_f32_apply_columns_of(const opgen
                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                         const float src_value = (float)src_block[lane];
                         const float diff_dst_value = (float)diff_dst_block[lane];
+                        const float gamma_value = (float)gamma_step;
                         const float mean_line = mean_line_lanes[opgen_at + lane];
                         const float inv_std_line = inv_std_line_lanes[opgen_at + lane];
                         const float mean_g_line = mean_g_line_lanes[opgen_at + lane];
@@ -1174,7 +1185,7 @@ OPGEN_MICROKERNEL void layer_norm_backward_bf16_f32_apply_columns_of(const opgen
                     opgen_load_part_bf16(src_block, src + r * inner + opgen_at, filled);
                     float diff_dst_block[OPGEN_BLOCK];
                     opgen_load_part_bf16(diff_dst_block, diff_dst + r * inner + opgen_at, filled);
-                    const float gamma_value = gamma != NULL ? gamma[r] : 1.0f;
+                    const float gamma_step = gamma != NULL ? gamma[r] : 1.0f;
                     float diff_src_block[OPGEN_BLOCK];
                     double diff_gamma_terms[OPGEN_BLOCK];
                     double diff_beta_terms[OPGEN_BLOCK];
@@ -1182,6 +1193,7 @@ OPGEN_MICROKERNEL void layer_norm_backward_bf16_f32_apply_columns_of(const opgen
                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                         const float src_value = (float)src_block[lane];
                         const float diff_dst_value = (float)diff_dst_block[lane];
+                        const float gamma_value = (float)gamma_step;
                         const float mean_line = mean_line_lanes[opgen_at + lane];
                         const float inv_std_line = inv_std_line_lanes[opgen_at + lane];
                         const float mean_g_line = mean_g_line_lanes[opgen_at + lane];
@@ -1607,11 +1619,12 @@ static void layer_norm_backward_f16_f32_reduce_1_columns(const opgen_lines_call 
                 opgen_load_block_f16(src_block, src + r * inner + opgen_at, 0);
                 float diff_dst_block[OPGEN_BLOCK];
                 opgen_load_block_f16(diff_dst_block, diff_dst + r * inner + opgen_at, 0);
-                const float gamma_value = gamma != NULL ? gamma[r] : 1.0f;
+                const float gamma_step = gamma != NULL ? gamma[r] : 1.0f;
                 OPGEN_SIMD_FLOAT
                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                     const float src_value = (float)src_block[lane];
                     const float diff_dst_value = (float)diff_dst_block[lane];
+                    const float gamma_value = (float)gamma_step;
                     const float mean_line = mean_line_lanes[opgen_at + lane];
                     const float sum_g_term = (diff_dst_value * gamma_value);
                     sum_g_lanes[opgen_at + lane] = sum_g_lanes[opgen_at + lane] + (double)sum_g_term;
@@ -1637,11 +1650,12 @@ static void layer_norm_backward_f16_f32_reduce_1_columns(const opgen_lines_call 
                     opgen_load_block_f16(src_block, src + r * inner + opgen_at, 0);
                     float diff_dst_block[OPGEN_BLOCK];
                     opgen_load_block_f16(diff_dst_block, diff_dst + r * inner + opgen_at, 0);
-                    const float gamma_value = gamma != NULL ? gamma[r] : 1.0f;
+                    const float gamma_step = gamma != NULL ? gamma[r] : 1.0f;
                     OPGEN_SIMD_FLOAT
                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                         const float src_value = (float)src_block[lane];
                         const float diff_dst_value = (float)diff_dst_block[lane];
+                        const float gamma_value = (float)gamma_step;
                         const float mean_line = mean_line_lanes[opgen_at + lane];
                         const float sum_g_term = (diff_dst_value * gamma_value);
                         sum_g_block_lanes[lane] = sum_g_block_lanes[lane] + (double)sum_g_term;
@@ -1655,11 +1669,12 @@ static void layer_norm_backward_f16_f32_reduce_1_columns(const opgen_lines_call 
                     opgen_load_part_f16(src_block, src + r * inner + opgen_at, filled);
                     float diff_dst_block[OPGEN_BLOCK];
                     opgen_load_part_f16(diff_dst_block, diff_dst + r * inner + opgen_at, filled);
-                    const float gamma_value = gamma != NULL ? gamma[r] : 1.0f;
+                    const float gamma_step = gamma != NULL ? gamma[r] : 1.0f;
                     OPGEN_SIMD_FLOAT
                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                         const float src_value = (float)src_block[lane];
                         const float diff_dst_value = (float)diff_dst_block[lane];
+                        const float gamma_value = (float)gamma_step;
                         const float mean_line = mean_line_lanes[opgen_at + lane];
                         const float sum_g_term = (diff_dst_value * gamma_value);
                         sum_g_block_lanes[lane] = sum_g_block_lanes[lane] + (double)sum_g_term;
@@ -1840,7 +1855,7 @@ OPGEN_MICROKERNEL void layer_norm_backward_f16_f32_apply_columns_of(const opgen_
                 opgen_load_block_f16(src_block, src + r * inner + opgen_at, 0);
                 float diff_dst_block[OPGEN_BLOCK];
                 opgen_load_block_f16(diff_dst_block, diff_dst + r * inner + opgen_at, 0);
-                const float gamma_value = gamma != NULL ? gamma[r] : 1.0f;
+                const float gamma_step = gamma != NULL ? gamma[r] : 1.0f;
                 float diff_src_block[OPGEN_BLOCK];
                 double diff_gamma_terms[OPGEN_BLOCK];
                 double diff_beta_terms[OPGEN_BLOCK];
@@ -1848,6 +1863,7 @@ OPGEN_MICROKERNEL void layer_norm_backward_f16_f32_apply_columns_of(const opgen_
                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                     const float src_value = (float)src_block[lane];
                     const float diff_dst_value = (float)diff_dst_block[lane];
+                    const float gamma_value = (float)gamma_step;
                     const float mean_line = mean_line_lanes[opgen_at + lane];
                     const float inv_std_line = inv_std_line_lanes[opgen_at + lane];
                     const float mean_g_line = mean_g_line_lanes[opgen_at + lane];
@@ -1877,7 +1893,7 @@ OPGEN_MICROKERNEL void layer_norm_backward_f16_f32_apply_columns_of(const opgen_
                     opgen_load_block_f16(src_block, src + r * inner + opgen_at, 0);
                     float diff_dst_block[OPGEN_BLOCK];
                     opgen_load_block_f16(diff_dst_block, diff_dst + r * inner + opgen_at, 0);
-                    const float gamma_value = gamma != NULL ? gamma[r] : 1.0f;
+                    const float gamma_step = gamma != NULL ? gamma[r] : 1.0f;
                     float diff_src_block[OPGEN_BLOCK];
                     double diff_gamma_terms[OPGEN_BLOCK];
                     double diff_beta_terms[OPGEN_BLOCK];
@@ -1885,6 +1901,7 @@ OPGEN_MICROKERNEL void layer_norm_backward_f16_f32_apply_columns_of(const opgen_
                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                         const float src_value = (float)src_block[lane];
                         const float diff_dst_value = (float)diff_dst_block[lane];
+                        const float gamma_value = (float)gamma_step;
                         const float mean_line = mean_line_lanes[opgen_at + lane];
                         const float inv_std_line = inv_std_line_lanes[opgen_at + lane];
                         const float mean_g_line = mean_g_line_lanes[opgen_at + lane];
@@ -1910,7 +1927,7 @@ OPGEN_MICROKERNEL void layer_norm_backward_f16_f32_apply_columns_of(const opgen_
                     opgen_load_part_f16(src_block, src + r * inner + opgen_at, filled);
                     float diff_dst_block[OPGEN_BLOCK];
                     opgen_load_part_f16(diff_dst_block, diff_dst + r * inner + opgen_at, filled);
-                    const float gamma_value = gamma != NULL ? gamma[r] : 1.0f;
+                    const float gamma_step = gamma != NULL ? gamma[r] : 1.0f;
                     float diff_src_block[OPGEN_BLOCK];
                     double diff_gamma_terms[OPGEN_BLOCK];
                     double diff_beta_terms[OPGEN_BLOCK];
@@ -1918,6 +1935,7 @@ OPGEN_MICROKERNEL void layer_norm_backward_f16_f32_apply_columns_of(const opgen_
                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                         const float src_value = (float)src_block[lane];
                         const float diff_dst_value = (float)diff_dst_block[lane];
+                        const float gamma_value = (float)gamma_step;
                         const float mean_line = mean_line_lanes[opgen_at + lane];
                         const float inv_std_line = inv_std_line_lanes[opgen_at + lane];
                         const float mean_g_line = mean_g_line_lanes[opgen_at + lane];

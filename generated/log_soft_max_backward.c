@@ -8,7 +8,7 @@
 #include "opgen_lines.h"
 
 /* ---- log_soft_max_backward_f32: LogSoftmax gradient along one axis: diff_src = diff_dst - exp(dst) * sum(diff_dst), the sum taken over the elements along `axis`.
- * (diff_dst f32, dst f32, diff_src f32; computed in double, sums in double; 1 reduction pass and an element pass per line) ---- */
+ * (diff_dst f32, dst f32, diff_src f32; line values in double, elements in float (in double where float leaves its range), sums in double; 1 reduction pass and an element pass per line) ---- */
 
 /* pass 1 over a contiguous line: sum_diff_dst */
 static void log_soft_max_backward_f32_reduce_1(const opgen_lines_call *call, int64_t line, double *values)
@@ -143,6 +143,7 @@ OPGEN_MICROKERNEL void log_soft_max_backward_f32_apply_of(const opgen_lines_call
     const double count = (double)call->count;
     (void)count;
     const double sum_diff_dst_line = (double)values[0];
+    const float sum_diff_dst_line_float = (float)sum_diff_dst_line;
     int64_t at = 0;
     for (; at + OPGEN_BLOCK <= length; at += OPGEN_BLOCK) {
         float diff_src_block[OPGEN_BLOCK];
@@ -153,18 +154,38 @@ OPGEN_MICROKERNEL void log_soft_max_backward_f32_apply_of(const opgen_lines_call
         if (opgen_all_nonpositive(dst_block)) {
             OPGEN_SIMD_FLOAT
             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                const double diff_dst_value = (double)diff_dst_block[lane];
-                const double dst_value = (double)dst_block[lane];
-                const double diff_src_value = (diff_dst_value - (opgen_exp_nonpositive(dst_value) * sum_diff_dst_line));
+                const float diff_dst_value = (float)diff_dst_block[lane];
+                const float dst_value = (float)dst_block[lane];
+                const float diff_src_value = (diff_dst_value - (opgen_exp_nonpositivef(dst_value) * sum_diff_dst_line_float));
                 diff_src_block[lane] = (float)diff_src_value;
             }
         } else {
             OPGEN_SIMD_FLOAT
             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                const double diff_dst_value = (double)diff_dst_block[lane];
-                const double dst_value = (double)dst_block[lane];
-                const double diff_src_value = (diff_dst_value - (opgen_exp(dst_value) * sum_diff_dst_line));
+                const float diff_dst_value = (float)diff_dst_block[lane];
+                const float dst_value = (float)dst_block[lane];
+                const float diff_src_value = (diff_dst_value - (opgen_expf(dst_value) * sum_diff_dst_line_float));
                 diff_src_block[lane] = (float)diff_src_value;
+            }
+        }
+        /* an intermediate left float's range (or an input is not finite): in double */
+        if (!(opgen_all_finite(diff_src_block, OPGEN_BLOCK))) {
+            if (opgen_all_nonpositive(dst_block)) {
+                OPGEN_SIMD_FLOAT
+                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    const double diff_dst_value = (double)diff_dst_block[lane];
+                    const double dst_value = (double)dst_block[lane];
+                    const double diff_src_value = (diff_dst_value - (opgen_exp_nonpositive(dst_value) * sum_diff_dst_line));
+                    diff_src_block[lane] = (float)diff_src_value;
+                }
+            } else {
+                OPGEN_SIMD_FLOAT
+                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    const double diff_dst_value = (double)diff_dst_block[lane];
+                    const double dst_value = (double)dst_block[lane];
+                    const double diff_src_value = (diff_dst_value - (opgen_exp(dst_value) * sum_diff_dst_line));
+                    diff_src_block[lane] = (float)diff_src_value;
+                }
             }
         }
         opgen_store_block_f32(diff_src + at, diff_src_block, opgen_stream);
@@ -179,18 +200,38 @@ OPGEN_MICROKERNEL void log_soft_max_backward_f32_apply_of(const opgen_lines_call
         if (opgen_all_nonpositive(dst_block)) {
             OPGEN_SIMD_FLOAT
             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                const double diff_dst_value = (double)diff_dst_block[lane];
-                const double dst_value = (double)dst_block[lane];
-                const double diff_src_value = (diff_dst_value - (opgen_exp_nonpositive(dst_value) * sum_diff_dst_line));
+                const float diff_dst_value = (float)diff_dst_block[lane];
+                const float dst_value = (float)dst_block[lane];
+                const float diff_src_value = (diff_dst_value - (opgen_exp_nonpositivef(dst_value) * sum_diff_dst_line_float));
                 diff_src_block[lane] = (float)diff_src_value;
             }
         } else {
             OPGEN_SIMD_FLOAT
             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                const double diff_dst_value = (double)diff_dst_block[lane];
-                const double dst_value = (double)dst_block[lane];
-                const double diff_src_value = (diff_dst_value - (opgen_exp(dst_value) * sum_diff_dst_line));
+                const float diff_dst_value = (float)diff_dst_block[lane];
+                const float dst_value = (float)dst_block[lane];
+                const float diff_src_value = (diff_dst_value - (opgen_expf(dst_value) * sum_diff_dst_line_float));
                 diff_src_block[lane] = (float)diff_src_value;
+            }
+        }
+        /* an intermediate left float's range (or an input is not finite): in double */
+        if (!(opgen_all_finite(diff_src_block, OPGEN_BLOCK))) {
+            if (opgen_all_nonpositive(dst_block)) {
+                OPGEN_SIMD_FLOAT
+                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    const double diff_dst_value = (double)diff_dst_block[lane];
+                    const double dst_value = (double)dst_block[lane];
+                    const double diff_src_value = (diff_dst_value - (opgen_exp_nonpositive(dst_value) * sum_diff_dst_line));
+                    diff_src_block[lane] = (float)diff_src_value;
+                }
+            } else {
+                OPGEN_SIMD_FLOAT
+                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    const double diff_dst_value = (double)diff_dst_block[lane];
+                    const double dst_value = (double)dst_block[lane];
+                    const double diff_src_value = (diff_dst_value - (opgen_exp(dst_value) * sum_diff_dst_line));
+                    diff_src_block[lane] = (float)diff_src_value;
+                }
             }
         }
         opgen_store_part_f32(diff_src + at, diff_src_block, filled, opgen_stream);
@@ -224,6 +265,10 @@ OPGEN_MICROKERNEL void log_soft_max_backward_f32_apply_columns_of(const opgen_li
     for (int lane = 0; lane < OPGEN_LINES_LANES; ++lane) {
         sum_diff_dst_line_lanes[lane] = lane < lanes ? (double)values[lane * 1 + 0] : 0;
     }
+    float sum_diff_dst_line_float_lanes[OPGEN_LINES_LANES];
+    for (int lane = 0; lane < OPGEN_LINES_LANES; ++lane) {
+        sum_diff_dst_line_float_lanes[lane] = (float)sum_diff_dst_line_lanes[lane];
+    }
     if (lanes == OPGEN_LINES_LANES) {
         for (int64_t r = 0; r < length; ++r) {
             OPGEN_UNROLLED
@@ -236,20 +281,42 @@ OPGEN_MICROKERNEL void log_soft_max_backward_f32_apply_columns_of(const opgen_li
                 if (opgen_all_nonpositive(dst_block)) {
                     OPGEN_SIMD_FLOAT
                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                        const double diff_dst_value = (double)diff_dst_block[lane];
-                        const double dst_value = (double)dst_block[lane];
-                        const double sum_diff_dst_line = sum_diff_dst_line_lanes[opgen_at + lane];
-                        const double diff_src_value = (diff_dst_value - (opgen_exp_nonpositive(dst_value) * sum_diff_dst_line));
+                        const float diff_dst_value = (float)diff_dst_block[lane];
+                        const float dst_value = (float)dst_block[lane];
+                        const float sum_diff_dst_line_float = sum_diff_dst_line_float_lanes[opgen_at + lane];
+                        const float diff_src_value = (diff_dst_value - (opgen_exp_nonpositivef(dst_value) * sum_diff_dst_line_float));
                         diff_src_block[lane] = (float)diff_src_value;
                     }
                 } else {
                     OPGEN_SIMD_FLOAT
                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                        const double diff_dst_value = (double)diff_dst_block[lane];
-                        const double dst_value = (double)dst_block[lane];
-                        const double sum_diff_dst_line = sum_diff_dst_line_lanes[opgen_at + lane];
-                        const double diff_src_value = (diff_dst_value - (opgen_exp(dst_value) * sum_diff_dst_line));
+                        const float diff_dst_value = (float)diff_dst_block[lane];
+                        const float dst_value = (float)dst_block[lane];
+                        const float sum_diff_dst_line_float = sum_diff_dst_line_float_lanes[opgen_at + lane];
+                        const float diff_src_value = (diff_dst_value - (opgen_expf(dst_value) * sum_diff_dst_line_float));
                         diff_src_block[lane] = (float)diff_src_value;
+                    }
+                }
+                /* an intermediate left float's range (or an input is not finite): in double */
+                if (!(opgen_all_finite(diff_src_block, OPGEN_BLOCK))) {
+                    if (opgen_all_nonpositive(dst_block)) {
+                        OPGEN_SIMD_FLOAT
+                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                            const double diff_dst_value = (double)diff_dst_block[lane];
+                            const double dst_value = (double)dst_block[lane];
+                            const double sum_diff_dst_line = sum_diff_dst_line_lanes[opgen_at + lane];
+                            const double diff_src_value = (diff_dst_value - (opgen_exp_nonpositive(dst_value) * sum_diff_dst_line));
+                            diff_src_block[lane] = (float)diff_src_value;
+                        }
+                    } else {
+                        OPGEN_SIMD_FLOAT
+                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                            const double diff_dst_value = (double)diff_dst_block[lane];
+                            const double dst_value = (double)dst_block[lane];
+                            const double sum_diff_dst_line = sum_diff_dst_line_lanes[opgen_at + lane];
+                            const double diff_src_value = (diff_dst_value - (opgen_exp(dst_value) * sum_diff_dst_line));
+                            diff_src_block[lane] = (float)diff_src_value;
+                        }
                     }
                 }
                 opgen_store_block_f32(diff_src + r * inner + opgen_at, diff_src_block, opgen_stream);
@@ -268,20 +335,42 @@ OPGEN_MICROKERNEL void log_soft_max_backward_f32_apply_columns_of(const opgen_li
                     if (opgen_all_nonpositive(dst_block)) {
                         OPGEN_SIMD_FLOAT
                         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                            const double diff_dst_value = (double)diff_dst_block[lane];
-                            const double dst_value = (double)dst_block[lane];
-                            const double sum_diff_dst_line = sum_diff_dst_line_lanes[opgen_at + lane];
-                            const double diff_src_value = (diff_dst_value - (opgen_exp_nonpositive(dst_value) * sum_diff_dst_line));
+                            const float diff_dst_value = (float)diff_dst_block[lane];
+                            const float dst_value = (float)dst_block[lane];
+                            const float sum_diff_dst_line_float = sum_diff_dst_line_float_lanes[opgen_at + lane];
+                            const float diff_src_value = (diff_dst_value - (opgen_exp_nonpositivef(dst_value) * sum_diff_dst_line_float));
                             diff_src_block[lane] = (float)diff_src_value;
                         }
                     } else {
                         OPGEN_SIMD_FLOAT
                         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                            const double diff_dst_value = (double)diff_dst_block[lane];
-                            const double dst_value = (double)dst_block[lane];
-                            const double sum_diff_dst_line = sum_diff_dst_line_lanes[opgen_at + lane];
-                            const double diff_src_value = (diff_dst_value - (opgen_exp(dst_value) * sum_diff_dst_line));
+                            const float diff_dst_value = (float)diff_dst_block[lane];
+                            const float dst_value = (float)dst_block[lane];
+                            const float sum_diff_dst_line_float = sum_diff_dst_line_float_lanes[opgen_at + lane];
+                            const float diff_src_value = (diff_dst_value - (opgen_expf(dst_value) * sum_diff_dst_line_float));
                             diff_src_block[lane] = (float)diff_src_value;
+                        }
+                    }
+                    /* an intermediate left float's range (or an input is not finite): in double */
+                    if (!(opgen_all_finite(diff_src_block, OPGEN_BLOCK))) {
+                        if (opgen_all_nonpositive(dst_block)) {
+                            OPGEN_SIMD_FLOAT
+                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                const double diff_dst_value = (double)diff_dst_block[lane];
+                                const double dst_value = (double)dst_block[lane];
+                                const double sum_diff_dst_line = sum_diff_dst_line_lanes[opgen_at + lane];
+                                const double diff_src_value = (diff_dst_value - (opgen_exp_nonpositive(dst_value) * sum_diff_dst_line));
+                                diff_src_block[lane] = (float)diff_src_value;
+                            }
+                        } else {
+                            OPGEN_SIMD_FLOAT
+                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                const double diff_dst_value = (double)diff_dst_block[lane];
+                                const double dst_value = (double)dst_block[lane];
+                                const double sum_diff_dst_line = sum_diff_dst_line_lanes[opgen_at + lane];
+                                const double diff_src_value = (diff_dst_value - (opgen_exp(dst_value) * sum_diff_dst_line));
+                                diff_src_block[lane] = (float)diff_src_value;
+                            }
                         }
                     }
                     opgen_store_block_f32(diff_src + r * inner + opgen_at, diff_src_block, opgen_stream);
@@ -296,20 +385,42 @@ OPGEN_MICROKERNEL void log_soft_max_backward_f32_apply_columns_of(const opgen_li
                     if (opgen_all_nonpositive(dst_block)) {
                         OPGEN_SIMD_FLOAT
                         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                            const double diff_dst_value = (double)diff_dst_block[lane];
-                            const double dst_value = (double)dst_block[lane];
-                            const double sum_diff_dst_line = sum_diff_dst_line_lanes[opgen_at + lane];
-                            const double diff_src_value = (diff_dst_value - (opgen_exp_nonpositive(dst_value) * sum_diff_dst_line));
+                            const float diff_dst_value = (float)diff_dst_block[lane];
+                            const float dst_value = (float)dst_block[lane];
+                            const float sum_diff_dst_line_float = sum_diff_dst_line_float_lanes[opgen_at + lane];
+                            const float diff_src_value = (diff_dst_value - (opgen_exp_nonpositivef(dst_value) * sum_diff_dst_line_float));
                             diff_src_block[lane] = (float)diff_src_value;
                         }
                     } else {
                         OPGEN_SIMD_FLOAT
                         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                            const double diff_dst_value = (double)diff_dst_block[lane];
-                            const double dst_value = (double)dst_block[lane];
-                            const double sum_diff_dst_line = sum_diff_dst_line_lanes[opgen_at + lane];
-                            const double diff_src_value = (diff_dst_value - (opgen_exp(dst_value) * sum_diff_dst_line));
+                            const float diff_dst_value = (float)diff_dst_block[lane];
+                            const float dst_value = (float)dst_block[lane];
+                            const float sum_diff_dst_line_float = sum_diff_dst_line_float_lanes[opgen_at + lane];
+                            const float diff_src_value = (diff_dst_value - (opgen_expf(dst_value) * sum_diff_dst_line_float));
                             diff_src_block[lane] = (float)diff_src_value;
+                        }
+                    }
+                    /* an intermediate left float's range (or an input is not finite): in double */
+                    if (!(opgen_all_finite(diff_src_block, OPGEN_BLOCK))) {
+                        if (opgen_all_nonpositive(dst_block)) {
+                            OPGEN_SIMD_FLOAT
+                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                const double diff_dst_value = (double)diff_dst_block[lane];
+                                const double dst_value = (double)dst_block[lane];
+                                const double sum_diff_dst_line = sum_diff_dst_line_lanes[opgen_at + lane];
+                                const double diff_src_value = (diff_dst_value - (opgen_exp_nonpositive(dst_value) * sum_diff_dst_line));
+                                diff_src_block[lane] = (float)diff_src_value;
+                            }
+                        } else {
+                            OPGEN_SIMD_FLOAT
+                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                const double diff_dst_value = (double)diff_dst_block[lane];
+                                const double dst_value = (double)dst_block[lane];
+                                const double sum_diff_dst_line = sum_diff_dst_line_lanes[opgen_at + lane];
+                                const double diff_src_value = (diff_dst_value - (opgen_exp(dst_value) * sum_diff_dst_line));
+                                diff_src_block[lane] = (float)diff_src_value;
+                            }
                         }
                     }
                     opgen_store_part_f32(diff_src + r * inner + opgen_at, diff_src_block, filled, opgen_stream);
@@ -406,6 +517,7 @@ OPGEN_MICROKERNEL void log_soft_max_backward_f32_short_of(const opgen_lines_call
         const double count = (double)call->count;
         (void)count;
         const double sum_diff_dst_line = (double)values[0];
+        const float sum_diff_dst_line_float = (float)sum_diff_dst_line;
         (void)sum_diff_dst_line; /* where the terms kept make it unread */
         OPGEN_UNROLLED
         for (int opgen_block = 0; opgen_block < opgen_blocks; ++opgen_block) {
@@ -416,19 +528,39 @@ OPGEN_MICROKERNEL void log_soft_max_backward_f32_short_of(const opgen_lines_call
         if (opgen_all_nonpositive(dst_block)) {
                 OPGEN_SIMD_FLOAT
                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                    const double diff_dst_value = (double)diff_dst_block[lane];
-                    const double dst_value = (double)dst_block[lane];
-                    const double diff_src_value = (diff_dst_value - (opgen_exp_nonpositive(dst_value) * sum_diff_dst_line));
+                    const float diff_dst_value = (float)diff_dst_block[lane];
+                    const float dst_value = (float)dst_block[lane];
+                    const float diff_src_value = (diff_dst_value - (opgen_exp_nonpositivef(dst_value) * sum_diff_dst_line_float));
                     diff_src_block[lane] = (float)diff_src_value;
                 }
         } else {
                 OPGEN_SIMD_FLOAT
                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                    const double diff_dst_value = (double)diff_dst_block[lane];
-                    const double dst_value = (double)dst_block[lane];
-                    const double diff_src_value = (diff_dst_value - (opgen_exp(dst_value) * sum_diff_dst_line));
+                    const float diff_dst_value = (float)diff_dst_block[lane];
+                    const float dst_value = (float)dst_block[lane];
+                    const float diff_src_value = (diff_dst_value - (opgen_expf(dst_value) * sum_diff_dst_line_float));
                     diff_src_block[lane] = (float)diff_src_value;
                 }
+        }
+        /* an intermediate left float's range (or an input is not finite): in double */
+        if (!(opgen_all_finite(diff_src_block, OPGEN_BLOCK))) {
+            if (opgen_all_nonpositive(dst_block)) {
+                    OPGEN_SIMD_FLOAT
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        const double diff_dst_value = (double)diff_dst_block[lane];
+                        const double dst_value = (double)dst_block[lane];
+                        const double diff_src_value = (diff_dst_value - (opgen_exp_nonpositive(dst_value) * sum_diff_dst_line));
+                        diff_src_block[lane] = (float)diff_src_value;
+                    }
+            } else {
+                    OPGEN_SIMD_FLOAT
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        const double diff_dst_value = (double)diff_dst_block[lane];
+                        const double dst_value = (double)dst_block[lane];
+                        const double diff_src_value = (diff_dst_value - (opgen_exp(dst_value) * sum_diff_dst_line));
+                        diff_src_block[lane] = (float)diff_src_value;
+                    }
+            }
         }
             if (filled == OPGEN_BLOCK) {
                 opgen_store_block_f32(diff_src + OPGEN_BLOCK * opgen_block, diff_src_block, 0);
@@ -491,7 +623,7 @@ static OPGEN_FLATTEN void log_soft_max_backward_f32_lines(const opgen_lines_call
 }
 
 /* log_soft_max_backward_f32: LogSoftmax gradient along one axis: diff_src = diff_dst - exp(dst) * sum(diff_dst), the sum taken over the elements along `axis`.
- * (diff_dst f32, dst f32, diff_src f32; computed in double, sums in double; 1 reduction pass and an element pass per line) */
+ * (diff_dst f32, dst f32, diff_src f32; line values in double, elements in float (in double where float leaves its range), sums in double; 1 reduction pass and an element pass per line) */
 void OPGEN_KERNEL(log_soft_max_backward_f32)(const float *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT dst, float *OPGEN_RESTRICT diff_src, int64_t outer, int64_t length, int64_t inner)
 {
     static const opgen_lines_pass passes[] = {
@@ -523,7 +655,7 @@ void OPGEN_KERNEL(log_soft_max_backward_f32)(const float *OPGEN_RESTRICT diff_ds
 }
 
 /* ---- log_soft_max_backward_bf16: LogSoftmax gradient along one axis: diff_src = diff_dst - exp(dst) * sum(diff_dst), the sum taken over the elements along `axis`.
- * (diff_dst bf16, dst bf16, diff_src bf16; computed in double, sums in double; 1 reduction pass and an element pass per line) ---- */
+ * (diff_dst bf16, dst bf16, diff_src bf16; line values in double, elements in float (in double where float leaves its range), sums in double; 1 reduction pass and an element pass per line) ---- */
 
 /* pass 1 over a contiguous line: sum_diff_dst */
 static void log_soft_max_backward_bf16_reduce_1(const opgen_lines_call *call, int64_t line, double *values)
@@ -649,6 +781,7 @@ OPGEN_MICROKERNEL void log_soft_max_backward_bf16_apply_of(const opgen_lines_cal
     const double count = (double)call->count;
     (void)count;
     const double sum_diff_dst_line = (double)values[0];
+    const float sum_diff_dst_line_float = (float)sum_diff_dst_line;
     int64_t at = 0;
     for (; at + OPGEN_BLOCK <= length; at += OPGEN_BLOCK) {
         float diff_src_block[OPGEN_BLOCK];
@@ -659,18 +792,38 @@ OPGEN_MICROKERNEL void log_soft_max_backward_bf16_apply_of(const opgen_lines_cal
         if (opgen_all_nonpositive(dst_block)) {
             OPGEN_SIMD_FLOAT
             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                const double diff_dst_value = (double)diff_dst_block[lane];
-                const double dst_value = (double)dst_block[lane];
-                const double diff_src_value = (diff_dst_value - (opgen_exp_nonpositive(dst_value) * sum_diff_dst_line));
+                const float diff_dst_value = (float)diff_dst_block[lane];
+                const float dst_value = (float)dst_block[lane];
+                const float diff_src_value = (diff_dst_value - (opgen_exp_nonpositivef(dst_value) * sum_diff_dst_line_float));
                 diff_src_block[lane] = (float)diff_src_value;
             }
         } else {
             OPGEN_SIMD_FLOAT
             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                const double diff_dst_value = (double)diff_dst_block[lane];
-                const double dst_value = (double)dst_block[lane];
-                const double diff_src_value = (diff_dst_value - (opgen_exp(dst_value) * sum_diff_dst_line));
+                const float diff_dst_value = (float)diff_dst_block[lane];
+                const float dst_value = (float)dst_block[lane];
+                const float diff_src_value = (diff_dst_value - (opgen_expf(dst_value) * sum_diff_dst_line_float));
                 diff_src_block[lane] = (float)diff_src_value;
+            }
+        }
+        /* an intermediate left float's range (or an input is not finite): in double */
+        if (!(opgen_all_finite(diff_src_block, OPGEN_BLOCK))) {
+            if (opgen_all_nonpositive(dst_block)) {
+                OPGEN_SIMD_FLOAT
+                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    const double diff_dst_value = (double)diff_dst_block[lane];
+                    const double dst_value = (double)dst_block[lane];
+                    const double diff_src_value = (diff_dst_value - (opgen_exp_nonpositive(dst_value) * sum_diff_dst_line));
+                    diff_src_block[lane] = (float)diff_src_value;
+                }
+            } else {
+                OPGEN_SIMD_FLOAT
+                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    const double diff_dst_value = (double)diff_dst_block[lane];
+                    const double dst_value = (double)dst_block[lane];
+                    const double diff_src_value = (diff_dst_value - (opgen_exp(dst_value) * sum_diff_dst_line));
+                    diff_src_block[lane] = (float)diff_src_value;
+                }
             }
         }
         opgen_store_block_bf16(diff_src + at, diff_src_block, opgen_stream);
@@ -685,18 +838,38 @@ OPGEN_MICROKERNEL void log_soft_max_backward_bf16_apply_of(const opgen_lines_cal
         if (opgen_all_nonpositive(dst_block)) {
             OPGEN_SIMD_FLOAT
             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                const double diff_dst_value = (double)diff_dst_block[lane];
-                const double dst_value = (double)dst_block[lane];
-                const double diff_src_value = (diff_dst_value - (opgen_exp_nonpositive(dst_value) * sum_diff_dst_line));
+                const float diff_dst_value = (float)diff_dst_block[lane];
+                const float dst_value = (float)dst_block[lane];
+                const float diff_src_value = (diff_dst_value - (opgen_exp_nonpositivef(dst_value) * sum_diff_dst_line_float));
                 diff_src_block[lane] = (float)diff_src_value;
             }
         } else {
             OPGEN_SIMD_FLOAT
             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                const double diff_dst_value = (double)diff_dst_block[lane];
-                const double dst_value = (double)dst_block[lane];
-                const double diff_src_value = (diff_dst_value - (opgen_exp(dst_value) * sum_diff_dst_line));
+                const float diff_dst_value = (float)diff_dst_block[lane];
+                const float dst_value = (float)dst_block[lane];
+                const float diff_src_value = (diff_dst_value - (opgen_expf(dst_value) * sum_diff_dst_line_float));
                 diff_src_block[lane] = (float)diff_src_value;
+            }
+        }
+        /* an intermediate left float's range (or an input is not finite): in double */
+        if (!(opgen_all_finite(diff_src_block, OPGEN_BLOCK))) {
+            if (opgen_all_nonpositive(dst_block)) {
+                OPGEN_SIMD_FLOAT
+                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    const double diff_dst_value = (double)diff_dst_block[lane];
+                    const double dst_value = (double)dst_block[lane];
+                    const double diff_src_value = (diff_dst_value - (opgen_exp_nonpositive(dst_value) * sum_diff_dst_line));
+                    diff_src_block[lane] = (float)diff_src_value;
+                }
+            } else {
+                OPGEN_SIMD_FLOAT
+                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    const double diff_dst_value = (double)diff_dst_block[lane];
+                    const double dst_value = (double)dst_block[lane];
+                    const double diff_src_value = (diff_dst_value - (opgen_exp(dst_value) * sum_diff_dst_line));
+                    diff_src_block[lane] = (float)diff_src_value;
+                }
             }
         }
         opgen_store_part_bf16(diff_src + at, diff_src_block, filled, opgen_stream);
@@ -730,6 +903,10 @@ OPGEN_MICROKERNEL void log_soft_max_backward_bf16_apply_columns_of(const opgen_l
     for (int lane = 0; lane < OPGEN_LINES_LANES; ++lane) {
         sum_diff_dst_line_lanes[lane] = lane < lanes ? (double)values[lane * 1 + 0] : 0;
     }
+    float sum_diff_dst_line_float_lanes[OPGEN_LINES_LANES];
+    for (int lane = 0; lane < OPGEN_LINES_LANES; ++lane) {
+        sum_diff_dst_line_float_lanes[lane] = (float)sum_diff_dst_line_lanes[lane];
+    }
     if (lanes == OPGEN_LINES_LANES) {
         for (int64_t r = 0; r < length; ++r) {
             OPGEN_UNROLLED
@@ -742,20 +919,42 @@ OPGEN_MICROKERNEL void log_soft_max_backward_bf16_apply_columns_of(const opgen_l
                 if (opgen_all_nonpositive(dst_block)) {
                     OPGEN_SIMD_FLOAT
                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                        const double diff_dst_value = (double)diff_dst_block[lane];
-                        const double dst_value = (double)dst_block[lane];
-                        const double sum_diff_dst_line = sum_diff_dst_line_lanes[opgen_at + lane];
-                        const double diff_src_value = (diff_dst_value - (opgen_exp_nonpositive(dst_value) * sum_diff_dst_line));
+                        const float diff_dst_value = (float)diff_dst_block[lane];
+                        const float dst_value = (float)dst_block[lane];
+                        const float sum_diff_dst_line_float = sum_diff_dst_line_float_lanes[opgen_at + lane];
+                        const float diff_src_value = (diff_dst_value - (opgen_exp_nonpositivef(dst_value) * sum_diff_dst_line_float));
                         diff_src_block[lane] = (float)diff_src_value;
                     }
                 } else {
                     OPGEN_SIMD_FLOAT
                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                        const double diff_dst_value = (double)diff_dst_block[lane];
-                        const double dst_value = (double)dst_block[lane];
-                        const double sum_diff_dst_line = sum_diff_dst_line_lanes[opgen_at + lane];
-                        const double diff_src_value = (diff_dst_value - (opgen_exp(dst_value) * sum_diff_dst_line));
+                        const float diff_dst_value = (float)diff_dst_block[lane];
+                        const float dst_value = (float)dst_block[lane];
+                        const float sum_diff_dst_line_float = sum_diff_dst_line_float_lanes[opgen_at + lane];
+                        const float diff_src_value = (diff_dst_value - (opgen_expf(dst_value) * sum_diff_dst_line_float));
                         diff_src_block[lane] = (float)diff_src_value;
+                    }
+                }
+                /* an intermediate left float's range (or an input is not finite): in double */
+                if (!(opgen_all_finite(diff_src_block, OPGEN_BLOCK))) {
+                    if (opgen_all_nonpositive(dst_block)) {
+                        OPGEN_SIMD_FLOAT
+                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                            const double diff_dst_value = (double)diff_dst_block[lane];
+                            const double dst_value = (double)dst_block[lane];
+                            const double sum_diff_dst_line = sum_diff_dst_line_lanes[opgen_at + lane];
+                            const double diff_src_value = (diff_dst_value - (opgen_exp_nonpositive(dst_value) * sum_diff_dst_line));
+                            diff_src_block[lane] = (float)diff_src_value;
+                        }
+                    } else {
+                        OPGEN_SIMD_FLOAT
+                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                            const double diff_dst_value = (double)diff_dst_block[lane];
+                            const double dst_value = (double)dst_block[lane];
+                            const double sum_diff_dst_line = sum_diff_dst_line_lanes[opgen_at + lane];
+                            const double diff_src_value = (diff_dst_value - (opgen_exp(dst_value) * sum_diff_dst_line));
+                            diff_src_block[lane] = (float)diff_src_value;
+                        }
                     }
                 }
                 opgen_store_block_bf16(diff_src + r * inner + opgen_at, diff_src_block, opgen_stream);
@@ -774,20 +973,42 @@ OPGEN_MICROKERNEL void log_soft_max_backward_bf16_apply_columns_of(const opgen_l
                     if (opgen_all_nonpositive(dst_block)) {
                         OPGEN_SIMD_FLOAT
                         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                            const double diff_dst_value = (double)diff_dst_block[lane];
-                            const double dst_value = (double)dst_block[lane];
-                            const double sum_diff_dst_line = sum_diff_dst_line_lanes[opgen_at + lane];
-                            const double diff_src_value = (diff_dst_value - (opgen_exp_nonpositive(dst_value) * sum_diff_dst_line));
+                            const float diff_dst_value = (float)diff_dst_block[lane];
+                            const float dst_value = (float)dst_block[lane];
+                            const float sum_diff_dst_line_float = sum_diff_dst_line_float_lanes[opgen_at + lane];
+                            const float diff_src_value = (diff_dst_value - (opgen_exp_nonpositivef(dst_value) * sum_diff_dst_line_float));
                             diff_src_block[lane] = (float)diff_src_value;
                         }
                     } else {
                         OPGEN_SIMD_FLOAT
                         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                            const double diff_dst_value = (double)diff_dst_block[lane];
-                            const double dst_value = (double)dst_block[lane];
-                            const double sum_diff_dst_line = sum_diff_dst_line_lanes[opgen_at + lane];
-                            const double diff_src_value = (diff_dst_value - (opgen_exp(dst_value) * sum_diff_dst_line));
+                            const float diff_dst_value = (float)diff_dst_block[lane];
+                            const float dst_value = (float)dst_block[lane];
+                            const float sum_diff_dst_line_float = sum_diff_dst_line_float_lanes[opgen_at + lane];
+                            const float diff_src_value = (diff_dst_value - (opgen_expf(dst_value) * sum_diff_dst_line_float));
                             diff_src_block[lane] = (float)diff_src_value;
+                        }
+                    }
+                    /* an intermediate left float's range (or an input is not finite): in double */
+                    if (!(opgen_all_finite(diff_src_block, OPGEN_BLOCK))) {
+                        if (opgen_all_nonpositive(dst_block)) {
+                            OPGEN_SIMD_FLOAT
+                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                const double diff_dst_value = (double)diff_dst_block[lane];
+                                const double dst_value = (double)dst_block[lane];
+                                const double sum_diff_dst_line = sum_diff_dst_line_lanes[opgen_at + lane];
+                                const double diff_src_value = (diff_dst_value - (opgen_exp_nonpositive(dst_value) * sum_diff_dst_line));
+                                diff_src_block[lane] = (float)diff_src_value;
+                            }
+                        } else {
+                            OPGEN_SIMD_FLOAT
+                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                const double diff_dst_value = (double)diff_dst_block[lane];
+                                const double dst_value = (double)dst_block[lane];
+                                const double sum_diff_dst_line = sum_diff_dst_line_lanes[opgen_at + lane];
+                                const double diff_src_value = (diff_dst_value - (opgen_exp(dst_value) * sum_diff_dst_line));
+                                diff_src_block[lane] = (float)diff_src_value;
+                            }
                         }
                     }
                     opgen_store_block_bf16(diff_src + r * inner + opgen_at, diff_src_block, opgen_stream);
@@ -802,20 +1023,42 @@ OPGEN_MICROKERNEL void log_soft_max_backward_bf16_apply_columns_of(const opgen_l
                     if (opgen_all_nonpositive(dst_block)) {
                         OPGEN_SIMD_FLOAT
                         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                            const double diff_dst_value = (double)diff_dst_block[lane];
-                            const double dst_value = (double)dst_block[lane];
-                            const double sum_diff_dst_line = sum_diff_dst_line_lanes[opgen_at + lane];
-                            const double diff_src_value = (diff_dst_value - (opgen_exp_nonpositive(dst_value) * sum_diff_dst_line));
+                            const float diff_dst_value = (float)diff_dst_block[lane];
+                            const float dst_value = (float)dst_block[lane];
+                            const float sum_diff_dst_line_float = sum_diff_dst_line_float_lanes[opgen_at + lane];
+                            const float diff_src_value = (diff_dst_value - (opgen_exp_nonpositivef(dst_value) * sum_diff_dst_line_float));
                             diff_src_block[lane] = (float)diff_src_value;
                         }
                     } else {
                         OPGEN_SIMD_FLOAT
                         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                            const double diff_dst_value = (double)diff_dst_block[lane];
-                            const double dst_value = (double)dst_block[lane];
-                            const double sum_diff_dst_line = sum_diff_dst_line_lanes[opgen_at + lane];
-                            const double diff_src_value = (diff_dst_value - (opgen_exp(dst_value) * sum_diff_dst_line));
+                            const float diff_dst_value = (float)diff_dst_block[lane];
+                            const float dst_value = (float)dst_block[lane];
+                            const float sum_diff_dst_line_float = sum_diff_dst_line_float_lanes[opgen_at + lane];
+                            const float diff_src_value = (diff_dst_value - (opgen_expf(dst_value) * sum_diff_dst_line_float));
                             diff_src_block[lane] = (float)diff_src_value;
+                        }
+                    }
+                    /* an intermediate left float's range (or an input is not finite): in double */
+                    if (!(opgen_all_finite(diff_src_block, OPGEN_BLOCK))) {
+                        if (opgen_all_nonpositive(dst_block)) {
+                            OPGEN_SIMD_FLOAT
+                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                const double diff_dst_value = (double)diff_dst_block[lane];
+                                const double dst_value = (double)dst_block[lane];
+                                const double sum_diff_dst_line = sum_diff_dst_line_lanes[opgen_at + lane];
+                                const double diff_src_value = (diff_dst_value - (opgen_exp_nonpositive(dst_value) * sum_diff_dst_line));
+                                diff_src_block[lane] = (float)diff_src_value;
+                            }
+                        } else {
+                            OPGEN_SIMD_FLOAT
+                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                const double diff_dst_value = (double)diff_dst_block[lane];
+                                const double dst_value = (double)dst_block[lane];
+                                const double sum_diff_dst_line = sum_diff_dst_line_lanes[opgen_at + lane];
+                                const double diff_src_value = (diff_dst_value - (opgen_exp(dst_value) * sum_diff_dst_line));
+                                diff_src_block[lane] = (float)diff_src_value;
+                            }
                         }
                     }
                     opgen_store_part_bf16(diff_src + r * inner + opgen_at, diff_src_block, filled, opgen_stream);
@@ -912,6 +1155,7 @@ OPGEN_MICROKERNEL void log_soft_max_backward_bf16_short_of(const opgen_lines_cal
         const double count = (double)call->count;
         (void)count;
         const double sum_diff_dst_line = (double)values[0];
+        const float sum_diff_dst_line_float = (float)sum_diff_dst_line;
         (void)sum_diff_dst_line; /* where the terms kept make it unread */
         OPGEN_UNROLLED
         for (int opgen_block = 0; opgen_block < opgen_blocks; ++opgen_block) {
@@ -922,19 +1166,39 @@ OPGEN_MICROKERNEL void log_soft_max_backward_bf16_short_of(const opgen_lines_cal
         if (opgen_all_nonpositive(dst_block)) {
                 OPGEN_SIMD_FLOAT
                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                    const double diff_dst_value = (double)diff_dst_block[lane];
-                    const double dst_value = (double)dst_block[lane];
-                    const double diff_src_value = (diff_dst_value - (opgen_exp_nonpositive(dst_value) * sum_diff_dst_line));
+                    const float diff_dst_value = (float)diff_dst_block[lane];
+                    const float dst_value = (float)dst_block[lane];
+                    const float diff_src_value = (diff_dst_value - (opgen_exp_nonpositivef(dst_value) * sum_diff_dst_line_float));
                     diff_src_block[lane] = (float)diff_src_value;
                 }
         } else {
                 OPGEN_SIMD_FLOAT
                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                    const double diff_dst_value = (double)diff_dst_block[lane];
-                    const double dst_value = (double)dst_block[lane];
-                    const double diff_src_value = (diff_dst_value - (opgen_exp(dst_value) * sum_diff_dst_line));
+                    const float diff_dst_value = (float)diff_dst_block[lane];
+                    const float dst_value = (float)dst_block[lane];
+                    const float diff_src_value = (diff_dst_value - (opgen_expf(dst_value) * sum_diff_dst_line_float));
                     diff_src_block[lane] = (float)diff_src_value;
                 }
+        }
+        /* an intermediate left float's range (or an input is not finite): in double */
+        if (!(opgen_all_finite(diff_src_block, OPGEN_BLOCK))) {
+            if (opgen_all_nonpositive(dst_block)) {
+                    OPGEN_SIMD_FLOAT
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        const double diff_dst_value = (double)diff_dst_block[lane];
+                        const double dst_value = (double)dst_block[lane];
+                        const double diff_src_value = (diff_dst_value - (opgen_exp_nonpositive(dst_value) * sum_diff_dst_line));
+                        diff_src_block[lane] = (float)diff_src_value;
+                    }
+            } else {
+                    OPGEN_SIMD_FLOAT
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        const double diff_dst_value = (double)diff_dst_block[lane];
+                        const double dst_value = (double)dst_block[lane];
+                        const double diff_src_value = (diff_dst_value - (opgen_exp(dst_value) * sum_diff_dst_line));
+                        diff_src_block[lane] = (float)diff_src_value;
+                    }
+            }
         }
             if (filled == OPGEN_BLOCK) {
                 opgen_store_block_bf16(diff_src + OPGEN_BLOCK * opgen_block, diff_src_block, 0);
@@ -997,7 +1261,7 @@ static OPGEN_FLATTEN void log_soft_max_backward_bf16_lines(const opgen_lines_cal
 }
 
 /* log_soft_max_backward_bf16: LogSoftmax gradient along one axis: diff_src = diff_dst - exp(dst) * sum(diff_dst), the sum taken over the elements along `axis`.
- * (diff_dst bf16, dst bf16, diff_src bf16; computed in double, sums in double; 1 reduction pass and an element pass per line) */
+ * (diff_dst bf16, dst bf16, diff_src bf16; line values in double, elements in float (in double where float leaves its range), sums in double; 1 reduction pass and an element pass per line) */
 void OPGEN_KERNEL(log_soft_max_backward_bf16)(const opgen_bf16 *OPGEN_RESTRICT diff_dst, const opgen_bf16 *OPGEN_RESTRICT dst, opgen_bf16 *OPGEN_RESTRICT diff_src, int64_t outer, int64_t length, int64_t inner)
 {
     static const opgen_lines_pass passes[] = {

@@ -838,15 +838,15 @@ void hard_sigmoid_backward_f16(const opgen_f16 *OPGEN_RESTRICT src, const opgen_
 void hard_sigmoid_backward_bf16(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT diff_dst, float alpha, float beta, opgen_bf16 *OPGEN_RESTRICT diff_src, int64_t count);
 
 /* layer_norm_f32: Layer normalization over the axes from `begin_norm_axis` to the last, per line of C elements: mean = sum(src) / C, variance = sum((src - mean)^2) / C, dst = (src - mean) / sqrt(variance + epsilon) * gamma + beta.
- * (src f32, gamma f32, beta f32, dst f32, mean f32, variance f32; computed in double, sums in double; 2 reduction passes and an element pass per line) */
+ * (src f32, gamma f32, beta f32, dst f32, mean f32, variance f32; line values in double, elements in float (in double where float leaves its range), sums in double; 2 reduction passes and an element pass per line) */
 void layer_norm_f32(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT gamma, const float *OPGEN_RESTRICT beta, float *OPGEN_RESTRICT dst, float *OPGEN_RESTRICT mean, float *OPGEN_RESTRICT variance, float epsilon, int64_t outer, int64_t length, int64_t inner);
 
 /* layer_norm_bf16_f32: Layer normalization over the axes from `begin_norm_axis` to the last, per line of C elements: mean = sum(src) / C, variance = sum((src - mean)^2) / C, dst = (src - mean) / sqrt(variance + epsilon) * gamma + beta.
- * (src bf16, gamma f32, beta f32, dst bf16, mean f32, variance f32; computed in double, sums in double; 2 reduction passes and an element pass per line) */
+ * (src bf16, gamma f32, beta f32, dst bf16, mean f32, variance f32; line values in double, elements in float (in double where float leaves its range), sums in double; 2 reduction passes and an element pass per line) */
 void layer_norm_bf16_f32(const opgen_bf16 *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT gamma, const float *OPGEN_RESTRICT beta, opgen_bf16 *OPGEN_RESTRICT dst, float *OPGEN_RESTRICT mean, float *OPGEN_RESTRICT variance, float epsilon, int64_t outer, int64_t length, int64_t inner);
 
 /* layer_norm_bf16: Layer normalization over the axes from `begin_norm_axis` to the last, per line of C elements: mean = sum(src) / C, variance = sum((src - mean)^2) / C, dst = (src - mean) / sqrt(variance + epsilon) * gamma + beta.
- * (src bf16, gamma bf16, beta bf16, dst bf16, mean bf16, variance bf16; computed in double, sums in double; 2 reduction passes and an element pass per line) */
+ * (src bf16, gamma bf16, beta bf16, dst bf16, mean bf16, variance bf16; line values in double, elements in float (in double where float leaves its range), sums in double; 2 reduction passes and an element pass per line) */
 void layer_norm_bf16(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT gamma, const opgen_bf16 *OPGEN_RESTRICT beta, opgen_bf16 *OPGEN_RESTRICT dst, opgen_bf16 *OPGEN_RESTRICT mean, opgen_bf16 *OPGEN_RESTRICT variance, float epsilon, int64_t outer, int64_t length, int64_t inner);
 
 /* layer_norm_f16_f32: Layer normalization over the axes from `begin_norm_axis` to the last, per line of C elements: mean = sum(src) / C, variance = sum((src - mean)^2) / C, dst = (src - mean) / sqrt(variance + epsilon) * gamma + beta.
@@ -884,11 +884,11 @@ void log_soft_max_bf16(const opgen_bf16 *OPGEN_RESTRICT src, opgen_bf16 *OPGEN_R
 void log_soft_max_f16(const opgen_f16 *OPGEN_RESTRICT src, opgen_f16 *OPGEN_RESTRICT dst, int64_t outer, int64_t length, int64_t inner);
 
 /* log_soft_max_backward_f32: LogSoftmax gradient along one axis: diff_src = diff_dst - exp(dst) * sum(diff_dst), the sum taken over the elements along `axis`.
- * (diff_dst f32, dst f32, diff_src f32; computed in double, sums in double; 1 reduction pass and an element pass per line) */
+ * (diff_dst f32, dst f32, diff_src f32; line values in double, elements in float (in double where float leaves its range), sums in double; 1 reduction pass and an element pass per line) */
 void log_soft_max_backward_f32(const float *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT dst, float *OPGEN_RESTRICT diff_src, int64_t outer, int64_t length, int64_t inner);
 
 /* log_soft_max_backward_bf16: LogSoftmax gradient along one axis: diff_src = diff_dst - exp(dst) * sum(diff_dst), the sum taken over the elements along `axis`.
- * (diff_dst bf16, dst bf16, diff_src bf16; computed in double, sums in double; 1 reduction pass and an element pass per line) */
+ * (diff_dst bf16, dst bf16, diff_src bf16; line values in double, elements in float (in double where float leaves its range), sums in double; 1 reduction pass and an element pass per line) */
 void log_soft_max_backward_bf16(const opgen_bf16 *OPGEN_RESTRICT diff_dst, const opgen_bf16 *OPGEN_RESTRICT dst, opgen_bf16 *OPGEN_RESTRICT diff_src, int64_t outer, int64_t length, int64_t inner);
 
 /* log_soft_max_backward_f16: LogSoftmax gradient along one axis: diff_src = diff_dst - exp(dst) * sum(diff_dst), the sum taken over the elements along `axis`.
@@ -1154,11 +1154,11 @@ void soft_max_bf16(const opgen_bf16 *OPGEN_RESTRICT src, opgen_bf16 *OPGEN_RESTR
 void soft_max_f16(const opgen_f16 *OPGEN_RESTRICT src, opgen_f16 *OPGEN_RESTRICT dst, int64_t outer, int64_t length, int64_t inner);
 
 /* soft_max_backward_f32: SoftMax gradient along one axis: diff_src = dst * (diff_dst - sum(diff_dst * dst)), the sum taken over the elements along `axis`.
- * (diff_dst f32, dst f32, diff_src f32; computed in double, sums in double; 1 reduction pass and an element pass per line) */
+ * (diff_dst f32, dst f32, diff_src f32; line values in double, elements in float (in double where float leaves its range), sums in double; 1 reduction pass and an element pass per line) */
 void soft_max_backward_f32(const float *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT dst, float *OPGEN_RESTRICT diff_src, int64_t outer, int64_t length, int64_t inner);
 
 /* soft_max_backward_bf16: SoftMax gradient along one axis: diff_src = dst * (diff_dst - sum(diff_dst * dst)), the sum taken over the elements along `axis`.
- * (diff_dst bf16, dst bf16, diff_src bf16; computed in double, sums in double; 1 reduction pass and an element pass per line) */
+ * (diff_dst bf16, dst bf16, diff_src bf16; line values in double, elements in float (in double where float leaves its range), sums in double; 1 reduction pass and an element pass per line) */
 void soft_max_backward_bf16(const opgen_bf16 *OPGEN_RESTRICT diff_dst, const opgen_bf16 *OPGEN_RESTRICT dst, opgen_bf16 *OPGEN_RESTRICT diff_src, int64_t outer, int64_t length, int64_t inner);
 
 /* soft_max_backward_f16: SoftMax gradient along one axis: diff_src = dst * (diff_dst - sum(diff_dst * dst)), the sum taken over the elements along `axis`.

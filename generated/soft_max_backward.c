@@ -8,7 +8,7 @@
 #include "opgen_lines.h"
 
 /* ---- soft_max_backward_f32: SoftMax gradient along one axis: diff_src = dst * (diff_dst - sum(diff_dst * dst)), the sum taken over the elements along `axis`.
- * (diff_dst f32, dst f32, diff_src f32; computed in double, sums in double; 1 reduction pass and an element pass per line) ---- */
+ * (diff_dst f32, dst f32, diff_src f32; line values in double, elements in float (in double where float leaves its range), sums in double; 1 reduction pass and an element pass per line) ---- */
 
 /* pass 1 over a contiguous line: dot */
 static void soft_max_backward_f32_reduce_1(const opgen_lines_call *call, int64_t line, double *values)
@@ -162,38 +162,31 @@ OPGEN_MICROKERNEL void soft_max_backward_f32_apply_of(const opgen_lines_call *ca
     const double count = (double)call->count;
     (void)count;
     const double dot_line = (double)values[0];
+    const float dot_line_float = (float)dot_line;
     int64_t at = 0;
     for (; at + OPGEN_BLOCK <= length; at += OPGEN_BLOCK) {
         float diff_src_block[OPGEN_BLOCK];
-#if OPGEN_VECTOR_DOUBLE
-        opgen_prefetch_ahead(diff_dst + at, OPGEN_PREFETCH_BYTES);
-        opgen_prefetch_ahead(dst + at, OPGEN_PREFETCH_BYTES);
-        /* two vectors at a time: an output's two halves narrowed to floats in one store, which
-         * the block's store can forward from */
-        for (int opgen_pair = 0; opgen_pair < OPGEN_BLOCK; opgen_pair += 2 * OPGEN_DOUBLE_LANES) {
-            opgen_doubles diff_src_halves[2];
-            for (int opgen_part = 0; opgen_part < 2; ++opgen_part) {
-                const int opgen_half = opgen_pair + OPGEN_DOUBLE_LANES * opgen_part;
-                const opgen_doubles diff_dst_value = opgen_doubles_of_f32(diff_dst + at + opgen_half);
-                const opgen_doubles dst_value = opgen_doubles_of_f32(dst + at + opgen_half);
-                const opgen_doubles diff_src_value = opgen_doubles_mul(dst_value, opgen_doubles_sub(diff_dst_value, opgen_doubles_set1(dot_line)));
-                diff_src_halves[opgen_part] = diff_src_value;
-            }
-            opgen_doubles_store_f32_pair(diff_src_block + opgen_pair, diff_src_halves[0], diff_src_halves[1]);
-        }
-#else
         float diff_dst_block[OPGEN_BLOCK];
         opgen_load_block_f32(diff_dst_block, diff_dst + at, OPGEN_PREFETCH_BYTES);
         float dst_block[OPGEN_BLOCK];
         opgen_load_block_f32(dst_block, dst + at, OPGEN_PREFETCH_BYTES);
         OPGEN_SIMD_FLOAT
         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-            const double diff_dst_value = (double)diff_dst_block[lane];
-            const double dst_value = (double)dst_block[lane];
-            const double diff_src_value = (dst_value * (diff_dst_value - dot_line));
+            const float diff_dst_value = (float)diff_dst_block[lane];
+            const float dst_value = (float)dst_block[lane];
+            const float diff_src_value = (dst_value * (diff_dst_value - dot_line_float));
             diff_src_block[lane] = (float)diff_src_value;
         }
-#endif
+        /* an intermediate left float's range (or an input is not finite): in double */
+        if (!(opgen_all_finite(diff_src_block, OPGEN_BLOCK))) {
+            OPGEN_SIMD_FLOAT
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                const double diff_dst_value = (double)diff_dst_block[lane];
+                const double dst_value = (double)dst_block[lane];
+                const double diff_src_value = (dst_value * (diff_dst_value - dot_line));
+                diff_src_block[lane] = (float)diff_src_value;
+            }
+        }
         opgen_store_block_f32(diff_src + at, diff_src_block, opgen_stream);
     }
     if (at < length) {
@@ -205,10 +198,20 @@ OPGEN_MICROKERNEL void soft_max_backward_f32_apply_of(const opgen_lines_call *ca
         opgen_load_part_f32(dst_block, dst + at, filled);
         OPGEN_SIMD_FLOAT
         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-            const double diff_dst_value = (double)diff_dst_block[lane];
-            const double dst_value = (double)dst_block[lane];
-            const double diff_src_value = (dst_value * (diff_dst_value - dot_line));
+            const float diff_dst_value = (float)diff_dst_block[lane];
+            const float dst_value = (float)dst_block[lane];
+            const float diff_src_value = (dst_value * (diff_dst_value - dot_line_float));
             diff_src_block[lane] = (float)diff_src_value;
+        }
+        /* an intermediate left float's range (or an input is not finite): in double */
+        if (!(opgen_all_finite(diff_src_block, OPGEN_BLOCK))) {
+            OPGEN_SIMD_FLOAT
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                const double diff_dst_value = (double)diff_dst_block[lane];
+                const double dst_value = (double)dst_block[lane];
+                const double diff_src_value = (dst_value * (diff_dst_value - dot_line));
+                diff_src_block[lane] = (float)diff_src_value;
+            }
         }
         opgen_store_part_f32(diff_src + at, diff_src_block, filled, opgen_stream);
     }
@@ -241,6 +244,10 @@ OPGEN_MICROKERNEL void soft_max_backward_f32_apply_columns_of(const opgen_lines_
     for (int lane = 0; lane < OPGEN_LINES_LANES; ++lane) {
         dot_line_lanes[lane] = lane < lanes ? (double)values[lane * 1 + 0] : 0;
     }
+    float dot_line_float_lanes[OPGEN_LINES_LANES];
+    for (int lane = 0; lane < OPGEN_LINES_LANES; ++lane) {
+        dot_line_float_lanes[lane] = (float)dot_line_lanes[lane];
+    }
     if (lanes == OPGEN_LINES_LANES) {
         for (int64_t r = 0; r < length; ++r) {
             OPGEN_UNROLLED
@@ -252,11 +259,22 @@ OPGEN_MICROKERNEL void soft_max_backward_f32_apply_columns_of(const opgen_lines_
                 float diff_src_block[OPGEN_BLOCK];
                 OPGEN_SIMD_FLOAT
                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                    const double diff_dst_value = (double)diff_dst_block[lane];
-                    const double dst_value = (double)dst_block[lane];
-                    const double dot_line = dot_line_lanes[opgen_at + lane];
-                    const double diff_src_value = (dst_value * (diff_dst_value - dot_line));
+                    const float diff_dst_value = (float)diff_dst_block[lane];
+                    const float dst_value = (float)dst_block[lane];
+                    const float dot_line_float = dot_line_float_lanes[opgen_at + lane];
+                    const float diff_src_value = (dst_value * (diff_dst_value - dot_line_float));
                     diff_src_block[lane] = (float)diff_src_value;
+                }
+                /* an intermediate left float's range (or an input is not finite): in double */
+                if (!(opgen_all_finite(diff_src_block, OPGEN_BLOCK))) {
+                    OPGEN_SIMD_FLOAT
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        const double diff_dst_value = (double)diff_dst_block[lane];
+                        const double dst_value = (double)dst_block[lane];
+                        const double dot_line = dot_line_lanes[opgen_at + lane];
+                        const double diff_src_value = (dst_value * (diff_dst_value - dot_line));
+                        diff_src_block[lane] = (float)diff_src_value;
+                    }
                 }
                 opgen_store_block_f32(diff_src + r * inner + opgen_at, diff_src_block, opgen_stream);
             }
@@ -273,11 +291,22 @@ OPGEN_MICROKERNEL void soft_max_backward_f32_apply_columns_of(const opgen_lines_
                     float diff_src_block[OPGEN_BLOCK];
                     OPGEN_SIMD_FLOAT
                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                        const double diff_dst_value = (double)diff_dst_block[lane];
-                        const double dst_value = (double)dst_block[lane];
-                        const double dot_line = dot_line_lanes[opgen_at + lane];
-                        const double diff_src_value = (dst_value * (diff_dst_value - dot_line));
+                        const float diff_dst_value = (float)diff_dst_block[lane];
+                        const float dst_value = (float)dst_block[lane];
+                        const float dot_line_float = dot_line_float_lanes[opgen_at + lane];
+                        const float diff_src_value = (dst_value * (diff_dst_value - dot_line_float));
                         diff_src_block[lane] = (float)diff_src_value;
+                    }
+                    /* an intermediate left float's range (or an input is not finite): in double */
+                    if (!(opgen_all_finite(diff_src_block, OPGEN_BLOCK))) {
+                        OPGEN_SIMD_FLOAT
+                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                            const double diff_dst_value = (double)diff_dst_block[lane];
+                            const double dst_value = (double)dst_block[lane];
+                            const double dot_line = dot_line_lanes[opgen_at + lane];
+                            const double diff_src_value = (dst_value * (diff_dst_value - dot_line));
+                            diff_src_block[lane] = (float)diff_src_value;
+                        }
                     }
                     opgen_store_block_f32(diff_src + r * inner + opgen_at, diff_src_block, opgen_stream);
                 }
@@ -290,11 +319,22 @@ OPGEN_MICROKERNEL void soft_max_backward_f32_apply_columns_of(const opgen_lines_
                     float diff_src_block[OPGEN_BLOCK];
                     OPGEN_SIMD_FLOAT
                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                        const double diff_dst_value = (double)diff_dst_block[lane];
-                        const double dst_value = (double)dst_block[lane];
-                        const double dot_line = dot_line_lanes[opgen_at + lane];
-                        const double diff_src_value = (dst_value * (diff_dst_value - dot_line));
+                        const float diff_dst_value = (float)diff_dst_block[lane];
+                        const float dst_value = (float)dst_block[lane];
+                        const float dot_line_float = dot_line_float_lanes[opgen_at + lane];
+                        const float diff_src_value = (dst_value * (diff_dst_value - dot_line_float));
                         diff_src_block[lane] = (float)diff_src_value;
+                    }
+                    /* an intermediate left float's range (or an input is not finite): in double */
+                    if (!(opgen_all_finite(diff_src_block, OPGEN_BLOCK))) {
+                        OPGEN_SIMD_FLOAT
+                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                            const double diff_dst_value = (double)diff_dst_block[lane];
+                            const double dst_value = (double)dst_block[lane];
+                            const double dot_line = dot_line_lanes[opgen_at + lane];
+                            const double diff_src_value = (dst_value * (diff_dst_value - dot_line));
+                            diff_src_block[lane] = (float)diff_src_value;
+                        }
                     }
                     opgen_store_part_f32(diff_src + r * inner + opgen_at, diff_src_block, filled, opgen_stream);
                 }
@@ -392,6 +432,7 @@ OPGEN_MICROKERNEL void soft_max_backward_f32_short_of(const opgen_lines_call *ca
         const double count = (double)call->count;
         (void)count;
         const double dot_line = (double)values[0];
+        const float dot_line_float = (float)dot_line;
         (void)dot_line; /* where the terms kept make it unread */
         OPGEN_UNROLLED
         for (int opgen_block = 0; opgen_block < opgen_blocks; ++opgen_block) {
@@ -401,11 +442,21 @@ OPGEN_MICROKERNEL void soft_max_backward_f32_short_of(const opgen_lines_call *ca
             float diff_src_block[OPGEN_BLOCK];
             OPGEN_SIMD_FLOAT
             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                const double diff_dst_value = (double)diff_dst_block[lane];
-                const double dst_value = (double)dst_block[lane];
-                const double diff_src_value = (dst_value * (diff_dst_value - dot_line));
+                const float diff_dst_value = (float)diff_dst_block[lane];
+                const float dst_value = (float)dst_block[lane];
+                const float diff_src_value = (dst_value * (diff_dst_value - dot_line_float));
                 diff_src_block[lane] = (float)diff_src_value;
             }
+        /* an intermediate left float's range (or an input is not finite): in double */
+        if (!(opgen_all_finite(diff_src_block, OPGEN_BLOCK))) {
+                OPGEN_SIMD_FLOAT
+                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    const double diff_dst_value = (double)diff_dst_block[lane];
+                    const double dst_value = (double)dst_block[lane];
+                    const double diff_src_value = (dst_value * (diff_dst_value - dot_line));
+                    diff_src_block[lane] = (float)diff_src_value;
+                }
+        }
             if (filled == OPGEN_BLOCK) {
                 opgen_store_block_f32(diff_src + OPGEN_BLOCK * opgen_block, diff_src_block, 0);
             } else {
@@ -467,7 +518,7 @@ static OPGEN_FLATTEN void soft_max_backward_f32_lines(const opgen_lines_call *op
 }
 
 /* soft_max_backward_f32: SoftMax gradient along one axis: diff_src = dst * (diff_dst - sum(diff_dst * dst)), the sum taken over the elements along `axis`.
- * (diff_dst f32, dst f32, diff_src f32; computed in double, sums in double; 1 reduction pass and an element pass per line) */
+ * (diff_dst f32, dst f32, diff_src f32; line values in double, elements in float (in double where float leaves its range), sums in double; 1 reduction pass and an element pass per line) */
 void OPGEN_KERNEL(soft_max_backward_f32)(const float *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT dst, float *OPGEN_RESTRICT diff_src, int64_t outer, int64_t length, int64_t inner)
 {
     static const opgen_lines_pass passes[] = {
@@ -499,7 +550,7 @@ void OPGEN_KERNEL(soft_max_backward_f32)(const float *OPGEN_RESTRICT diff_dst, c
 }
 
 /* ---- soft_max_backward_bf16: SoftMax gradient along one axis: diff_src = dst * (diff_dst - sum(diff_dst * dst)), the sum taken over the elements along `axis`.
- * (diff_dst bf16, dst bf16, diff_src bf16; computed in double, sums in double; 1 reduction pass and an element pass per line) ---- */
+ * (diff_dst bf16, dst bf16, diff_src bf16; line values in double, elements in float (in double where float leaves its range), sums in double; 1 reduction pass and an element pass per line) ---- */
 
 /* pass 1 over a contiguous line: dot */
 static void soft_max_backward_bf16_reduce_1(const opgen_lines_call *call, int64_t line, double *values)
@@ -642,6 +693,7 @@ OPGEN_MICROKERNEL void soft_max_backward_bf16_apply_of(const opgen_lines_call *c
     const double count = (double)call->count;
     (void)count;
     const double dot_line = (double)values[0];
+    const float dot_line_float = (float)dot_line;
     int64_t at = 0;
     for (; at + OPGEN_BLOCK <= length; at += OPGEN_BLOCK) {
         float diff_src_block[OPGEN_BLOCK];
@@ -651,10 +703,20 @@ OPGEN_MICROKERNEL void soft_max_backward_bf16_apply_of(const opgen_lines_call *c
         opgen_load_block_bf16(dst_block, dst + at, OPGEN_PREFETCH_BYTES);
         OPGEN_SIMD_FLOAT
         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-            const double diff_dst_value = (double)diff_dst_block[lane];
-            const double dst_value = (double)dst_block[lane];
-            const double diff_src_value = (dst_value * (diff_dst_value - dot_line));
+            const float diff_dst_value = (float)diff_dst_block[lane];
+            const float dst_value = (float)dst_block[lane];
+            const float diff_src_value = (dst_value * (diff_dst_value - dot_line_float));
             diff_src_block[lane] = (float)diff_src_value;
+        }
+        /* an intermediate left float's range (or an input is not finite): in double */
+        if (!(opgen_all_finite(diff_src_block, OPGEN_BLOCK))) {
+            OPGEN_SIMD_FLOAT
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                const double diff_dst_value = (double)diff_dst_block[lane];
+                const double dst_value = (double)dst_block[lane];
+                const double diff_src_value = (dst_value * (diff_dst_value - dot_line));
+                diff_src_block[lane] = (float)diff_src_value;
+            }
         }
         opgen_store_block_bf16(diff_src + at, diff_src_block, opgen_stream);
     }
@@ -667,10 +729,20 @@ OPGEN_MICROKERNEL void soft_max_backward_bf16_apply_of(const opgen_lines_call *c
         opgen_load_part_bf16(dst_block, dst + at, filled);
         OPGEN_SIMD_FLOAT
         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-            const double diff_dst_value = (double)diff_dst_block[lane];
-            const double dst_value = (double)dst_block[lane];
-            const double diff_src_value = (dst_value * (diff_dst_value - dot_line));
+            const float diff_dst_value = (float)diff_dst_block[lane];
+            const float dst_value = (float)dst_block[lane];
+            const float diff_src_value = (dst_value * (diff_dst_value - dot_line_float));
             diff_src_block[lane] = (float)diff_src_value;
+        }
+        /* an intermediate left float's range (or an input is not finite): in double */
+        if (!(opgen_all_finite(diff_src_block, OPGEN_BLOCK))) {
+            OPGEN_SIMD_FLOAT
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                const double diff_dst_value = (double)diff_dst_block[lane];
+                const double dst_value = (double)dst_block[lane];
+                const double diff_src_value = (dst_value * (diff_dst_value - dot_line));
+                diff_src_block[lane] = (float)diff_src_value;
+            }
         }
         opgen_store_part_bf16(diff_src + at, diff_src_block, filled, opgen_stream);
     }
@@ -703,6 +775,10 @@ OPGEN_MICROKERNEL void soft_max_backward_bf16_apply_columns_of(const opgen_lines
     for (int lane = 0; lane < OPGEN_LINES_LANES; ++lane) {
         dot_line_lanes[lane] = lane < lanes ? (double)values[lane * 1 + 0] : 0;
     }
+    float dot_line_float_lanes[OPGEN_LINES_LANES];
+    for (int lane = 0; lane < OPGEN_LINES_LANES; ++lane) {
+        dot_line_float_lanes[lane] = (float)dot_line_lanes[lane];
+    }
     if (lanes == OPGEN_LINES_LANES) {
         for (int64_t r = 0; r < length; ++r) {
             OPGEN_UNROLLED
@@ -714,11 +790,22 @@ OPGEN_MICROKERNEL void soft_max_backward_bf16_apply_columns_of(const opgen_lines
                 float diff_src_block[OPGEN_BLOCK];
                 OPGEN_SIMD_FLOAT
                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                    const double diff_dst_value = (double)diff_dst_block[lane];
-                    const double dst_value = (double)dst_block[lane];
-                    const double dot_line = dot_line_lanes[opgen_at + lane];
-                    const double diff_src_value = (dst_value * (diff_dst_value - dot_line));
+                    const float diff_dst_value = (float)diff_dst_block[lane];
+                    const float dst_value = (float)dst_block[lane];
+                    const float dot_line_float = dot_line_float_lanes[opgen_at + lane];
+                    const float diff_src_value = (dst_value * (diff_dst_value - dot_line_float));
                     diff_src_block[lane] = (float)diff_src_value;
+                }
+                /* an intermediate left float's range (or an input is not finite): in double */
+                if (!(opgen_all_finite(diff_src_block, OPGEN_BLOCK))) {
+                    OPGEN_SIMD_FLOAT
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        const double diff_dst_value = (double)diff_dst_block[lane];
+                        const double dst_value = (double)dst_block[lane];
+                        const double dot_line = dot_line_lanes[opgen_at + lane];
+                        const double diff_src_value = (dst_value * (diff_dst_value - dot_line));
+                        diff_src_block[lane] = (float)diff_src_value;
+                    }
                 }
                 opgen_store_block_bf16(diff_src + r * inner + opgen_at, diff_src_block, opgen_stream);
             }
@@ -735,11 +822,22 @@ OPGEN_MICROKERNEL void soft_max_backward_bf16_apply_columns_of(const opgen_lines
                     float diff_src_block[OPGEN_BLOCK];
                     OPGEN_SIMD_FLOAT
                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                        const double diff_dst_value = (double)diff_dst_block[lane];
-                        const double dst_value = (double)dst_block[lane];
-                        const double dot_line = dot_line_lanes[opgen_at + lane];
-                        const double diff_src_value = (dst_value * (diff_dst_value - dot_line));
+                        const float diff_dst_value = (float)diff_dst_block[lane];
+                        const float dst_value = (float)dst_block[lane];
+                        const float dot_line_float = dot_line_float_lanes[opgen_at + lane];
+                        const float diff_src_value = (dst_value * (diff_dst_value - dot_line_float));
                         diff_src_block[lane] = (float)diff_src_value;
+                    }
+                    /* an intermediate left float's range (or an input is not finite): in double */
+                    if (!(opgen_all_finite(diff_src_block, OPGEN_BLOCK))) {
+                        OPGEN_SIMD_FLOAT
+                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                            const double diff_dst_value = (double)diff_dst_block[lane];
+                            const double dst_value = (double)dst_block[lane];
+                            const double dot_line = dot_line_lanes[opgen_at + lane];
+                            const double diff_src_value = (dst_value * (diff_dst_value - dot_line));
+                            diff_src_block[lane] = (float)diff_src_value;
+                        }
                     }
                     opgen_store_block_bf16(diff_src + r * inner + opgen_at, diff_src_block, opgen_stream);
                 }
@@ -752,11 +850,22 @@ OPGEN_MICROKERNEL void soft_max_backward_bf16_apply_columns_of(const opgen_lines
                     float diff_src_block[OPGEN_BLOCK];
                     OPGEN_SIMD_FLOAT
                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                        const double diff_dst_value = (double)diff_dst_block[lane];
-                        const double dst_value = (double)dst_block[lane];
-                        const double dot_line = dot_line_lanes[opgen_at + lane];
-                        const double diff_src_value = (dst_value * (diff_dst_value - dot_line));
+                        const float diff_dst_value = (float)diff_dst_block[lane];
+                        const float dst_value = (float)dst_block[lane];
+                        const float dot_line_float = dot_line_float_lanes[opgen_at + lane];
+                        const float diff_src_value = (dst_value * (diff_dst_value - dot_line_float));
                         diff_src_block[lane] = (float)diff_src_value;
+                    }
+                    /* an intermediate left float's range (or an input is not finite): in double */
+                    if (!(opgen_all_finite(diff_src_block, OPGEN_BLOCK))) {
+                        OPGEN_SIMD_FLOAT
+                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                            const double diff_dst_value = (double)diff_dst_block[lane];
+                            const double dst_value = (double)dst_block[lane];
+                            const double dot_line = dot_line_lanes[opgen_at + lane];
+                            const double diff_src_value = (dst_value * (diff_dst_value - dot_line));
+                            diff_src_block[lane] = (float)diff_src_value;
+                        }
                     }
                     opgen_store_part_bf16(diff_src + r * inner + opgen_at, diff_src_block, filled, opgen_stream);
                 }
@@ -854,6 +963,7 @@ OPGEN_MICROKERNEL void soft_max_backward_bf16_short_of(const opgen_lines_call *c
         const double count = (double)call->count;
         (void)count;
         const double dot_line = (double)values[0];
+        const float dot_line_float = (float)dot_line;
         (void)dot_line; /* where the terms kept make it unread */
         OPGEN_UNROLLED
         for (int opgen_block = 0; opgen_block < opgen_blocks; ++opgen_block) {
@@ -863,11 +973,21 @@ OPGEN_MICROKERNEL void soft_max_backward_bf16_short_of(const opgen_lines_call *c
             float diff_src_block[OPGEN_BLOCK];
             OPGEN_SIMD_FLOAT
             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                const double diff_dst_value = (double)diff_dst_block[lane];
-                const double dst_value = (double)dst_block[lane];
-                const double diff_src_value = (dst_value * (diff_dst_value - dot_line));
+                const float diff_dst_value = (float)diff_dst_block[lane];
+                const float dst_value = (float)dst_block[lane];
+                const float diff_src_value = (dst_value * (diff_dst_value - dot_line_float));
                 diff_src_block[lane] = (float)diff_src_value;
             }
+        /* an intermediate left float's range (or an input is not finite): in double */
+        if (!(opgen_all_finite(diff_src_block, OPGEN_BLOCK))) {
+                OPGEN_SIMD_FLOAT
+                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    const double diff_dst_value = (double)diff_dst_block[lane];
+                    const double dst_value = (double)dst_block[lane];
+                    const double diff_src_value = (dst_value * (diff_dst_value - dot_line));
+                    diff_src_block[lane] = (float)diff_src_value;
+                }
+        }
             if (filled == OPGEN_BLOCK) {
                 opgen_store_block_bf16(diff_src + OPGEN_BLOCK * opgen_block, diff_src_block, 0);
             } else {
@@ -929,7 +1049,7 @@ static OPGEN_FLATTEN void soft_max_backward_bf16_lines(const opgen_lines_call *o
 }
 
 /* soft_max_backward_bf16: SoftMax gradient along one axis: diff_src = dst * (diff_dst - sum(diff_dst * dst)), the sum taken over the elements along `axis`.
- * (diff_dst bf16, dst bf16, diff_src bf16; computed in double, sums in double; 1 reduction pass and an element pass per line) */
+ * (diff_dst bf16, dst bf16, diff_src bf16; line values in double, elements in float (in double where float leaves its range), sums in double; 1 reduction pass and an element pass per line) */
 void OPGEN_KERNEL(soft_max_backward_bf16)(const opgen_bf16 *OPGEN_RESTRICT diff_dst, const opgen_bf16 *OPGEN_RESTRICT dst, opgen_bf16 *OPGEN_RESTRICT diff_src, int64_t outer, int64_t length, int64_t inner)
 {
     static const opgen_lines_pass passes[] = {

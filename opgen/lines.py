@@ -13,7 +13,13 @@ Invariants the template (along_axes.c.j2) and the driver (drivers/opgen_lines.c)
 - a pass's terms read tensor inputs, along inputs, numbers, `count` and line values of
   earlier groups only; its reductions are in the accumulation type (sums) or in the compute
   type (max, min: exact in any type);
-- element math runs in the compute type and reads line values narrowed to it;
+- element math runs in the compute type and reads line values narrowed to it; where that is
+  the wide type (`compute = "wide"`: double for f32 and bf16 data) and the kernel has tensor
+  outputs and no sums across lines, each block of elements runs first in the row's own type
+  (float), reading line values narrowed to float (`<name>_line_float`), and a block whose
+  outputs are not all finite runs again in the wide type (LinesKernel.float_elements): an
+  intermediate that left float's range shows in the outputs, as the math is products, sums and
+  functions that carry an infinity or NaN through (specs.py: along_axes math);
 - a tensor output computed in float whose element is `T * v` or `T / v`, T the term of a
   reduction of the last pass and v per line, keeps T: that pass stores each term, and the
   element pass reads it back instead of computing it again (SoftMax's exp once per element, not
@@ -152,6 +158,9 @@ class LinesKernel:
     # operations: LogSoftmaxBackward's exp(dst), dst a log-probability, took 0.81-0.86 of the
     # time); other blocks compute Element.c
     nonpositive_checks: tuple[Operand, ...] = ()
+    # the element entries in float, each block's first try where compute is the wide type (module
+    # docstring); () where the elements run in the compute type alone
+    float_elements: tuple[Element, ...] = ()
 
     @property
     def short_lines(self) -> bool:
@@ -273,13 +282,12 @@ def kernel(spec: OpSpec, name: str, row: dict[str, str], constants: dict[str, bo
     def folded(entry: expr.Entry) -> ast.expr:
         return expr.fold(entry.tree, constants)
 
-    writer = _writer(spec, table, (compute, accumulate), numbers, folded)
-    slots = writer.slots
+    writer = _writer(spec, table, (compute, accumulate, reference.compute), numbers, folded)
 
     def operand_reads(trees: list[ast.expr]) -> tuple[tuple[Operand, ...], tuple[tuple[str, int], ...]]:
         read = set().union(*(expr.names(t) for t in trees)) if trees else set()
         inputs = tuple(operands[t.name] for t in spec.inputs if t.kind != "line" and t.name in read)
-        lines = tuple((n, s) for n, s in slots.items() if n in read)
+        lines = tuple((n, s) for n, s in writer.slots.items() if n in read)
         return inputs, lines
 
     before, reductions, after = _line_steps(spec, operands, writer, folded, compute, accumulate)
@@ -304,52 +312,53 @@ def kernel(spec: OpSpec, name: str, row: dict[str, str], constants: dict[str, bo
     float_outputs = all(output_operands[n].c_type == "float" for n, _ in element_trees if n in output_operands)
     vector_math = _vector_double(element_trees + across_trees, operands, writer, compute) if float_outputs else ()
     checks = _nonpositive_checks([t for _, t in element_trees], tuple(operands[t.name] for t in spec.inputs))
+    alone = [] if across_trees or scratch else element_trees  # float first: not beside sums across lines, kept terms
+    float_elements = _float_elements(spec, reference.compute, compute, alone, writer, output_operands, checks)
     elements = _elements(element_trees, writer, compute, output_operands, checks)
     over_axes = any(a.role == AXES_ROLE for a in spec.attributes)
-    all_trees = [t for _, t in element_trees] + [folded(e) for e in spec.math.get("line", ())]
-    exps = sum(expr.calls(t, "exp") for t in all_trees)
     return LinesKernel(
         name=name,
         op=spec.name,
         summary=spec.summary,
-        detail=_detail(row, constants, compute, accumulate, pass_count),
+        detail=_detail(row, constants, compute, accumulate, pass_count, bool(float_elements)),
         compute=compute,
         accumulate=accumulate,
         params=_parameters(spec, operands, numbers, bool(across), over_axes),
         inputs=tuple(operands[t.name] for t in spec.inputs),
         outputs=tuple(output_operands.values()),
         numbers=numbers,
-        value_count=len(slots),
+        value_count=len(writer.slots),
         before=tuple(before),
         passes=tuple(passes),
         element_reads=element_reads,
         kept_reads=tuple(operands[o] for o in kept),
         element_line_reads=element_line_reads,
         elements=tuple(elements),
-        line_outputs=tuple((output_operands[t.name], slots[t.name]) for t in spec.outputs if t.kind == "line"),
+        line_outputs=tuple((output_operands[t.name], writer.slots[t.name]) for t in spec.outputs if t.kind == "line"),
         across=across,
         across_outputs=tuple(output_operands[r.name] for r in across),
         # each pass costs a walk over the line; an exp as plan.EXP_WORK elements of arithmetic
-        work_per_element=(1 + pass_count) * (1 + plan.EXP_WORK * exps),
+        work_per_element=(1 + pass_count) * (1 + plan.EXP_WORK * _exp_count(spec, element_trees, folded)),
         combined=passes[0].reductions[0] if over_axes else None,
-        vector_elements=vector_math[: len(element_trees)],
+        vector_elements=() if float_elements else vector_math[: len(element_trees)],
         vector_across=vector_math[len(element_trees) :],
         scratch_output=output_operands[scratch] if scratch else None,
         scratch_elements=tuple(_elements(scratch_trees, writer, compute, output_operands, checks)),
         scratch_reads=scratch_reads,
         nonpositive_checks=checks,
+        float_elements=float_elements,
     )
 
 
 def _writer(
     spec: OpSpec,
     table: DTypeTable,
-    kinds: tuple[str, str],
+    kinds: tuple[str, ...],
     numbers: tuple[str, ...],
     folded: Callable[[expr.Entry], ast.expr],
 ) -> _Writer:
     """The kernel's _Writer: a slot per line input and line value, in order, and the element
-    code's spelling of every name; `kinds`: the compute and the accumulation types."""
+    code's spelling of every name; `kinds`: the compute, the accumulation and the row's types."""
     slots = {t.name: i for i, t in enumerate(t for t in spec.inputs if t.kind == "line")}
     for line_entry in spec.math.get("line", ()):
         slots[line_entry.name] = len(slots)
@@ -437,6 +446,35 @@ def _elements(
     return elements
 
 
+def _exp_count(
+    spec: OpSpec, element_trees: list[tuple[str, ast.expr]], folded: Callable[[expr.Entry], ast.expr]
+) -> int:
+    """The exps the element math and the line values take, per element."""
+    trees = [t for _, t in element_trees] + [folded(e) for e in spec.math.get("line", ())]
+    return sum(expr.calls(t, "exp") for t in trees)
+
+
+def _float_elements(
+    spec: OpSpec,
+    row_compute: str,
+    compute: str,
+    element_trees: list[tuple[str, ast.expr]],
+    writer: _Writer,
+    outputs: dict[str, Operand],
+    checks: tuple[Operand, ...],
+) -> tuple[Element, ...]:
+    """The element entries in the row's own compute type (float), line values as
+    `<name>_line_float` and `count` narrowed, where the kernel computes in a wider type and has
+    tensor outputs (LinesKernel.float_elements); else () (also where `element_trees` is empty)."""
+    if compute == row_compute or not element_trees or not any(t.kind == "tensor" for t in spec.outputs):
+        return ()
+    spelling = dict(writer.element_spelling)
+    spelling |= {n: f"{n}_line_float" for n in writer.slots}
+    spelling["count"] = f"(({row_compute})count)"
+    narrowed = dataclasses.replace(writer, element_spelling=spelling)
+    return tuple(_elements(element_trees, narrowed, row_compute, outputs, checks))
+
+
 def _nonpositive_checks(trees: list[ast.expr], inputs: tuple[Operand, ...]) -> tuple[Operand, ...]:
     """The tensor inputs whose exp `trees` take directly (exp(x), x an input), in input order:
     the math cannot show their sign, a block's check can (LinesKernel.nonpositive_checks)."""
@@ -460,12 +498,17 @@ def _live_elements(spec: OpSpec, folded: Callable[[expr.Entry], ast.expr]) -> li
     return [(n, t) for n, t in element_trees if n in live]
 
 
-def _detail(row: dict[str, str], constants: dict[str, bool], compute: str, accumulate: str, pass_count: int) -> str:
+def _detail(
+    row: dict[str, str], constants: dict[str, bool], compute: str, accumulate: str, pass_count: int, float_first: bool
+) -> str:
     """The kernel's comment line: dtypes, types, passes and specialized attributes."""
+    computed = f"computed in {compute}"
+    if float_first:
+        computed = f"line values in {compute}, elements in float (in {compute} where float leaves its range)"
     return "; ".join(
         [
             ", ".join(f"{n} {d}" for n, d in row.items()),
-            f"computed in {compute}, sums in {accumulate}",
+            f"{computed}, sums in {accumulate}",
             f"{pass_count} reduction pass{'es' if pass_count != 1 else ''} and an element pass per line",
             *(f"{n}={'true' if v else 'false'}" for n, v in constants.items()),
         ]

@@ -13,6 +13,7 @@ kernels' roundings (None: 1 ulp).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -540,29 +541,43 @@ def log_soft_max_bounds(src: np.ndarray, *, axis: int = -1, float_run: int = 0) 
     return (bound,)
 
 
-def _wide_units(array: np.ndarray) -> tuple[float, float, float]:
-    """(u, eta, store) of an op with compute = "wide" whose data has `array`'s dtype (the dtype
-    table): u and eta, the unit roundoff of its compute type and half that type's smallest
-    subnormal (f16: f32; f32 and bf16: double); `store`, 2^-24 where a double result is rounded
-    to f32 before its bf16 output (that f32 step, beyond the 1 ulp of bf16 allowed), else 0."""
+class _WideUnits(NamedTuple):
+    """The units of an along_axes op with compute = "wide" (opgen/lines.py): its reductions'
+    terms and line values in the wide type (f16 data: f32; f32 and bf16 data: double), each
+    element in f32 first and in the wide type where f32 left range. u and eta: a type's unit
+    roundoff and half its smallest subnormal; `store`, 2^-24 where an element computed in double
+    is rounded to f32 before its bf16 output (that f32 step, beyond the 1 ulp of bf16 allowed),
+    else 0. An element's error in the wide type is within its bound in f32's units."""
+
+    term_unit: float  # the terms' and line values' type
+    term_eta: float
+    unit: float  # the elements' type: f32 (the wide type's elements err less)
+    eta: float
+    store: float
+
+
+def _wide_units(array: np.ndarray) -> _WideUnits:
+    """_WideUnits of an op whose data has `array`'s dtype (the dtype table)."""
     dtype = np.dtype(np.asarray(array).dtype)
     if dtype == np.float16:
-        return _accuracy.U32, _accuracy.ETA, 0.0
-    return _accuracy.U64, 2.0**-1075, _accuracy.U32 if dtype.itemsize < 4 else 0.0
+        return _WideUnits(_accuracy.U32, _accuracy.ETA, _accuracy.U32, _accuracy.ETA, 0.0)
+    store = _accuracy.U32 if dtype.itemsize < 4 else 0.0
+    return _WideUnits(_accuracy.U64, 2.0**-1075, _accuracy.U32, _accuracy.ETA, store)
 
 
 def soft_max_backward_bounds(
     diff_dst: np.ndarray, dst: np.ndarray, *, axis: int = 1, float_run: int = 0
 ) -> tuple[np.ndarray]:
     """soft_max_backward's error bound beyond 1 ulp of diff_src's dtype, from the inputs in
-    float64 (its spec's accuracy contract). u, eta: the compute type's unit roundoff and half
-    its smallest subnormal (_wide_units: f32 for f16 data, double for f32 and bf16 data); per
-    line of n elements, P = sum |diff_dst dst|, dot = sum diff_dst dst:
+    float64 (its spec's accuracy contract). u_t, eta_t: the unit roundoff and half the smallest
+    subnormal of the terms' type, u, eta of the elements' (_wide_units: f32 elements; terms in
+    f32 for f16 data, in double for f32 and bf16 data); per line of n elements,
+    P = sum |diff_dst dst|, dot = sum diff_dst dst:
 
-    - the dot product: each term rounded once (u, or eta absolute below the normal range), the
-      sum in double (n 2^-53 P in the kernel and as much in the oracle):
-      E = u P + n 2^-52 P + n eta; rounded to the compute type for the elements: u (|dot| + E)
-      and eta more (nothing in double), E' in all;
+    - the dot product: each term rounded once (u_t, or eta_t absolute below the normal range),
+      the sum in double (n 2^-53 P in the kernel and as much in the oracle):
+      E = u_t P + n 2^-52 P + n eta_t; rounded to f32 for the elements: u (|dot| + E) and eta
+      more, E' in all;
     - each element, y (diff_dst - dot) with y = dst: the difference is rounded (u |diff_dst -
       dot|, exact below the normal range), then the product (u |diff_src|, or eta);
     - in double, the result goes through f32 before a bf16 output: 2^-24 |diff_src| and 2^-150.
@@ -571,13 +586,14 @@ def soft_max_backward_bounds(
     dy, y = _f64(diff_dst), _f64(dst)
     if dy.size == 0:
         return (np.zeros_like(dy),)
-    unit, eta, store = _wide_units(diff_dst)
+    units = _wide_units(diff_dst)
+    unit, eta, store = units.unit, units.eta, units.store
     count = dy.shape[axis]
     with np.errstate(all="ignore"):
         products = dy * y
         magnitude = np.sum(np.abs(products), axis=axis, keepdims=True)
         dot = np.sum(products, axis=axis, keepdims=True)
-        error = unit * magnitude + count * (2.0**-52 * magnitude + eta)
+        error = units.term_unit * magnitude + count * (2.0**-52 * magnitude + units.term_eta)
         error = error + unit * (np.abs(dot) + error) + eta
         exact = y * (dy - dot)
         bound = np.abs(y) * (error + 2 * unit * np.abs(dy - dot)) * 1.01 + (np.abs(y) + 1) * eta
@@ -593,19 +609,19 @@ def log_soft_max_backward_bounds(
     n elements, s = sum diff_dst, A = sum |diff_dst|; per element e = exp(dst):
 
     - the sum, of exact terms, in double: n 2^-53 A in the kernel and as much in the oracle;
-      rounded to the compute type for the elements: u (|s| + E) and eta (nothing in double):
-      E' = n 2^-52 A + u (|s| + n 2^-52 A) + eta;
-    - exp(dst) in the compute type: opgen's exp within 1 ulp of f32 (2 u; 2^-149 absolute below
-      the normal range) or, in double, 4 roundings (accuracy.FUNCTION_ROUNDINGS);
+      rounded to f32 for the elements: u (|s| + E) and eta: E' = n 2^-52 A + u (|s| + n 2^-52 A) + eta;
+    - exp(dst) in f32: opgen's exp within 1 ulp (2 u; 2^-149 absolute below the normal range);
     - e s rounded (u, or eta), then diff_dst - e s rounded (u (|diff_dst| + e |s|)).
-    - in double, the result goes through f32 before a bf16 output: 2^-24 |diff_src| and 2^-150.
-    So |diff_src - exact| <= (e E' + (k + 2) u e |s| + u |diff_dst|) (1 + 1 %) + 2 eta |s| + eta,
-    k = 2 in f32 and 4 in double (+ the f32 step)."""
+    - an element computed again in double (f32 left range; fewer and smaller errors) goes
+      through f32 before a bf16 output: 2^-24 |diff_src| and 2^-150.
+    So |diff_src - exact| <= (e E' + 4 u e |s| + u |diff_dst|) (1 + 1 %) + 2 eta |s| + eta (+ the
+    f32 step)."""
     dy, y = _f64(diff_dst), _f64(dst)
     if dy.size == 0:
         return (np.zeros_like(dy),)
-    unit, eta, store = _wide_units(diff_dst)
-    exp_roundings = 2 if unit == _accuracy.U32 else _accuracy.FUNCTION_ROUNDINGS
+    units = _wide_units(diff_dst)
+    unit, eta, store = units.unit, units.eta, units.store
+    exp_roundings = 2  # opgen's f32 exp
     count = dy.shape[axis]
     with np.errstate(all="ignore"):
         total = np.sum(dy, axis=axis, keepdims=True)
@@ -629,33 +645,34 @@ def layer_norm_bounds(
     float_run: int = 0,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """layer_norm's error bounds beyond 1 ulp of their dtypes, of dst, mean and variance, from
-    the inputs in float64 (its spec's accuracy contract). u, eta: the compute type's unit
-    roundoff and half its smallest subnormal (_wide_units: f32 for f16 data, double for f32 and
-    bf16 data); per line of n elements, A = sum |x|, m and V the exact mean and variance,
-    r = 1 / sqrt(V + epsilon) (epsilon as the f32 the kernel gets):
+    the inputs in float64 (its spec's accuracy contract). u_t, eta_t: the unit roundoff and half
+    the smallest subnormal of the terms' type, u, eta of the elements' (_wide_units: f32
+    elements; terms in f32 for f16 data, in double for f32 and bf16 data); per line of n
+    elements, A = sum |x|, m and V the exact mean and variance, r = 1 / sqrt(V + epsilon)
+    (epsilon as the f32 the kernel gets):
 
     - mean, in double: the sum (n 2^-53 A in the kernel and as much in the oracle), over n
-      (2^-53 |m|, in each): E_m = 2^-52 (A + |m|); rounded to the compute type for the
-      terms and the elements: D = E_m + u (|m| + E_m) + eta off m;
-    - variance: each term (x - m')^2 with the rounded mean m' rounds twice (3 u with the
-      product of two rounded factors, eta absolute below the normal range), the sum in double
+      (2^-53 |m|, in each): E_m = 2^-52 (A + |m|); rounded to the terms' type:
+      D_t = E_m + u_t (|m| + E_m) + eta_t off m; to f32 for the elements: D (u, eta);
+    - variance: each term (x - m')^2 with the rounded mean m' rounds twice (3 u_t with the
+      product of two rounded factors, eta_t absolute below the normal range), the sum in double
       (n 2^-53 of it in each), over n (2^-53 in each): with sum (x - m')^2 = n (V + (m - m')^2),
-      E_V = D^2 + (V + D^2) (3 u + (2 n + 2) 2^-53) + eta;
+      E_V = D_t^2 + (V + D_t^2) (3 u_t + (2 n + 2) 2^-53) + eta_t;
     - 1 / sqrt(variance + epsilon) in double: the variance's error moves it up by at most
       ((V + epsilon) / max(V + epsilon - E_V, epsilon))^(1/2) - 1, relatively (the kernel's
       variance, a sum of squares, is never below 0), and down by at most 1 - ((V + epsilon) /
       (V + epsilon + E_V))^(1/2); the add, sqrt and division 3 2^-53;
-      rounded to the compute type: u; rho in all;
+      rounded to f32: u, and eta absolute below its normal range; rho in all;
     - each element, ((x - m') * inv_std * gamma) + beta: the centered value is D off (times
-      r (1 + rho)), and four roundings (x - m', two products, the sum's of |x - m| r |gamma|
-      and |beta|);
+      r (1 + rho)), inv_std's eta (times |x - m| |gamma|), and four roundings (x - m', two
+      products, the sum's of |x - m| r |gamma| and |beta|);
     - line outputs go through f32 to their dtype (line values are double): 2^-24 and 2^-150
       (counted also where f32 is the output's dtype); in double, dst goes through f32 before a
       bf16 output: 2^-24 |dst| and 2^-150.
     So, with slack 1 % for products of small errors:
     mean: E_m (1 + 1 %) + 2^-24 |m| + 2^-150; variance: E_V (1 + 1 %) + 2^-24 V + 2^-150;
-    dst: (|gamma| r D (1 + rho) + |gamma| r |x - m| (rho + 4 u) + u |beta|) (1 + 1 %) + (|gamma| + 1) eta
-    (+ the f32 step)."""
+    dst: (|gamma| r D (1 + rho) + |gamma| |x - m| (r (rho + 4 u) + eta) + u |beta|) (1 + 1 %)
+    + (|gamma| + 1) eta (+ the f32 step)."""
     x = _f64(src)
     axes = _normalized_axes(x.ndim, begin_norm_axis)
     normalized = x.shape[axes[0] :]
@@ -663,7 +680,8 @@ def layer_norm_bounds(
     count = int(np.prod(normalized))
     if count == 0:  # no elements: dst is empty, mean and variance are NaN in both
         return np.zeros_like(x), np.zeros(line), np.zeros(line)
-    unit, eta, store = _wide_units(src)
+    units = _wide_units(src)
+    unit, eta, store = units.unit, units.eta, units.store
     g = np.ones(normalized) if gamma is None else np.abs(_f64(gamma))
     b = np.zeros(normalized) if beta is None else np.abs(_f64(beta))
     u64 = _accuracy.U64
@@ -672,8 +690,10 @@ def layer_norm_bounds(
         centered = np.abs(x - mean)
         variance = np.sum(centered * centered, axis=axes, keepdims=True) / count
         mean_error = 2 * u64 * (np.sum(np.abs(x), axis=axes, keepdims=True) + np.abs(mean))
+        term_off = mean_error + units.term_unit * (np.abs(mean) + mean_error) + units.term_eta
         off = mean_error + unit * (np.abs(mean) + mean_error) + eta
-        variance_error = off * off + (variance + off * off) * (3 * unit + (2 * count + 2) * u64) + eta
+        term_rounding = 3 * units.term_unit + (2 * count + 2) * u64
+        variance_error = term_off * term_off + (variance + term_off * term_off) * term_rounding + units.term_eta
         variance_error = variance_error * 1.01
         epsilon32 = float(np.float32(epsilon))
         plus_epsilon = variance + epsilon32
@@ -685,9 +705,8 @@ def layer_norm_bounds(
         up, down = np.sqrt(plus_epsilon / lowest) - 1, 1 - np.sqrt(plus_epsilon / (plus_epsilon + variance_error))
         rho = np.maximum(up, down) + 3 * u64 + unit
         exact = (x - mean) * inv_std * _f64(gamma if gamma is not None else np.ones(normalized))
-        spread = np.where(centered > 0, g * inv_std * centered * (rho + 4 * unit), 0.0)  # 0, not 0 * inf
-        # (eta, half double's smallest subnormal, is 0 as a float64: 0 * an infinite gamma is NaN)
-        dst = (g * inv_std * off * (1 + rho) + spread + unit * b) * 1.01 + ((g + 1) * eta if eta else 0.0)
+        spread = np.where(centered > 0, g * centered * (inv_std * (rho + 4 * unit) + eta), 0.0)  # 0, not 0 * inf
+        dst = (g * inv_std * off * (1 + rho) + spread + unit * b) * 1.01 + (g + 1) * eta
         if store:  # (0 * an infinite exact value would make the bound NaN)
             dst = dst + store * np.abs(exact + (0 if beta is None else _f64(beta))) + _accuracy.ETA
         mean_bound = mean_error * 1.01 + _accuracy.U32 * np.abs(mean) + _accuracy.ETA

@@ -447,7 +447,10 @@ _OP_KEYS = {
     "compute": Key(
         False,
         '`"normal"` (default): the math runs in the dtype row\'s `compute` type; `"wide"`: in its `wide_compute` type'
-        " (double for f32 and bf16 data), for math with several roundings per element that must stay within 1 ulp.",
+        " (double for f32 and bf16 data), for math with several roundings per element that must stay within 1 ulp."
+        " In an `along_axes` op, the reductions and line values run in the wide type and each block of elements in"
+        " the row's type first, again in the wide type where a result is not finite (an intermediate left the"
+        " range): its accuracy bound counts the elements' roundings in the row's type.",
         'compute = "wide"',
     ),
     "reference": Key(

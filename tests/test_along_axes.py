@@ -267,6 +267,61 @@ def test_log_soft_max_backward_takes_the_same_exp_in_checked_and_unchecked_block
     assert np.isfinite(checked[:, 1:].astype(np.float64)).all()
 
 
+def _overflowing_line(op: str, length: int) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """One line (float64) of `op`'s inputs whose math takes an intermediate past f32's largest
+    value at one element while the result there is finite, and that intermediate in float64."""
+    big = 3e38
+    if op == "log_soft_max_backward":  # the line's sum of diff_dst, 6e38, times exp(dst)
+        diff_dst, dst = np.full(length, 1.0), np.full(length, -10.0)
+        diff_dst[:2] = big
+        return {"diff_dst": diff_dst, "dst": dst}, np.array(diff_dst.sum())
+    if op == "soft_max_backward":  # diff_dst - dot: -3e38 - 3e38 at element 2
+        diff_dst, dst = np.zeros(length), np.full(length, 0.25)
+        diff_dst[:3] = [big, big, -big]
+        dst[:3] = [0.5, 0.5, 0.25]
+        return {"diff_dst": diff_dst, "dst": dst}, diff_dst[2] - np.dot(diff_dst, dst)
+    big = 3.3e38  # layer_norm: src - mean, with mean at least length / 10 * 3.3e38 / length
+    src = np.zeros(length)
+    count = 1 + -(-length // 10)
+    src[: count + 1] = [big] * count + [-big]
+    return {"src": src}, src[count] - src.mean()
+
+
+@pytest.mark.parametrize("op", ["log_soft_max_backward", "soft_max_backward", "layer_norm"])
+@pytest.mark.parametrize("dtype", ["f32", "bf16"])
+@pytest.mark.parametrize("length", [3, 40])
+@pytest.mark.parametrize("axis", [-1, 0])
+def test_elements_whose_float_math_overflows_are_computed_again_in_double(op, dtype, length, axis):
+    """f32 and bf16 data of compute = "wide" ops: each block of elements runs in float first, and
+    a block whose results are not all finite runs again in double (LinesKernel.float_elements).
+    A line whose math takes an intermediate past f32's range, where the result is finite, among
+    ordinary lines: every result finite and within the stated bound, on contiguous lines (short
+    ones held in registers, long ones block by block) and across neighbouring lines (axis 0)."""
+    spec = ALONG[op]
+    line, intermediate = _overflowing_line(op, length)
+    with np.errstate(over="ignore"):
+        assert np.isinf(np.float32(intermediate)), "the line must overflow in float"
+    lines = 20
+    generator = rng("overflow", op, dtype, length, axis)
+    arrays = {}
+    for name, values in line.items():
+        data = (
+            generator.uniform(-1.0, 0.0, (lines, length))
+            if name == "dst"
+            else generator.standard_normal((lines, length))
+        )
+        data[7] = values
+        arrays[name] = (data if axis == -1 else data.T).astype(dtype_of(dtype))
+    kwargs = {next(a.name for a in spec.attributes if a.type == "int"): axis}
+    got = getattr(opgen, op)(**arrays, **kwargs)
+    want = getattr(oracle, op)(**arrays, **kwargs)
+    bound = getattr(oracle, spec.accuracy[spec.outputs[0].name].removeprefix("oracle:"))(**arrays, **kwargs)
+    got, want = (got[0], want[0]) if isinstance(got, tuple) else (got, want)
+    assert np.isfinite(got.astype(np.float64)).all() and np.isfinite(want).all()
+    bad, _ = accuracy.outside(got, want, TABLE.dtypes[dtype], bound[0])
+    assert not bad.any(), f"{np.argwhere(bad)[:3].tolist()}: got {got[bad][:3]}, expected {want[bad][:3]}"
+
+
 SHORT_LENGTHS = (1, 3, 7, 16, 17, 28, 31, 32, 33, 47, 48, 56, 63, 64, 65)
 
 
