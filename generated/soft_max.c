@@ -343,7 +343,7 @@ OPGEN_MICROKERNEL void soft_max_f32_apply_columns_of(const opgen_lines_call *cal
                     const float dst_value = (dst_kept_value * inv_sum_line);
                     dst_block[lane] = (float)dst_value;
                 }
-                opgen_store_block_f32(dst + r * inner + opgen_at, dst_block, opgen_stream);
+                opgen_store_block_f32(dst + r * inner + opgen_at, dst_block, 0);
             }
         }
     } else {
@@ -361,7 +361,7 @@ OPGEN_MICROKERNEL void soft_max_f32_apply_columns_of(const opgen_lines_call *cal
                         const float dst_value = (dst_kept_value * inv_sum_line);
                         dst_block[lane] = (float)dst_value;
                     }
-                    opgen_store_block_f32(dst + r * inner + opgen_at, dst_block, opgen_stream);
+                    opgen_store_block_f32(dst + r * inner + opgen_at, dst_block, 0);
                 }
             } else {
                 for (int64_t r = 0; r < length; ++r) {
@@ -375,7 +375,7 @@ OPGEN_MICROKERNEL void soft_max_f32_apply_columns_of(const opgen_lines_call *cal
                         const float dst_value = (dst_kept_value * inv_sum_line);
                         dst_block[lane] = (float)dst_value;
                     }
-                    opgen_store_part_f32(dst + r * inner + opgen_at, dst_block, filled, opgen_stream);
+                    opgen_store_part_f32(dst + r * inner + opgen_at, dst_block, filled, 0);
                 }
             }
         }
