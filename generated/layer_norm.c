@@ -66,6 +66,7 @@ static void layer_norm_f32_reduce_1(const opgen_lines_call *call, int64_t line, 
     values[0] = (double)(sum_src_lanes[0] + 0.0);
 }
 
+
 /* pass 1 over `lanes` neighbouring lines, one per lane */
 static void layer_norm_f32_reduce_1_columns(const opgen_lines_call *call, int64_t outer_index, int64_t position,
                                         int lanes, double *values)
@@ -125,6 +126,40 @@ static void layer_norm_f32_reduce_1_columns(const opgen_lines_call *call, int64_
                 }
             }
             memcpy(sum_src_lanes + opgen_at, sum_src_block_lanes, sizeof sum_src_block_lanes);
+        }
+    }
+    for (int lane = 0; lane < lanes; ++lane) {
+        values[lane * 5 + 0] = (double)(sum_src_lanes[lane] + 0.0);
+    }
+}
+
+/* pass 1 over `lanes` neighbouring lines, one per lane: a wide tile */
+static void layer_norm_f32_reduce_1_wide(const opgen_lines_call *call, int64_t outer_index, int64_t position,
+                                        int lanes, double *values)
+{
+    const int64_t length = call->length, inner = call->inner;
+    const float *src = (const float *)call->tensors[0] + outer_index * length * inner + position;
+    const float epsilon = call->numbers[0];
+    (void)epsilon;
+    const double count = (double)call->count;
+    (void)count;
+    double sum_src_lanes[OPGEN_LINES_WIDE_LANES];
+    for (int lane = 0; lane < lanes; ++lane) {
+        sum_src_lanes[lane] = (double)-0.0;
+    }
+    for (int64_t r = 0; r < length; ++r) {
+        for (int opgen_tile = 0; opgen_tile < lanes; opgen_tile += OPGEN_LINES_LANES) {
+            OPGEN_UNROLLED
+            for (int opgen_at = opgen_tile; opgen_at < opgen_tile + OPGEN_LINES_LANES; opgen_at += OPGEN_BLOCK) {
+                float src_block[OPGEN_BLOCK];
+                opgen_load_block_f32(src_block, src + r * inner + opgen_at, 0);
+                OPGEN_SIMD_FLOAT
+                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    const double src_value = (double)src_block[lane];
+                    const double sum_src_term = src_value;
+                    sum_src_lanes[opgen_at + lane] = sum_src_lanes[opgen_at + lane] + (double)sum_src_term;
+                }
+            }
         }
     }
     for (int lane = 0; lane < lanes; ++lane) {
@@ -197,6 +232,7 @@ static void layer_norm_f32_reduce_2(const opgen_lines_call *call, int64_t line, 
     values[2] = (double)(sum_squares_lanes[0] + 0.0);
 }
 
+
 /* pass 2 over `lanes` neighbouring lines, one per lane */
 static void layer_norm_f32_reduce_2_columns(const opgen_lines_call *call, int64_t outer_index, int64_t position,
                                         int lanes, double *values)
@@ -207,7 +243,7 @@ static void layer_norm_f32_reduce_2_columns(const opgen_lines_call *call, int64_
     (void)epsilon;
     const double count = (double)call->count;
     (void)count;
-    double mean_line_lanes[OPGEN_LINES_LANES]; /* every lane set, not cleared first: see Reduction */
+    double mean_line_lanes[OPGEN_LINES_LANES]; /* every lane read set, not cleared first: see Reduction */
     for (int lane = 0; lane < OPGEN_LINES_LANES; ++lane) {
         mean_line_lanes[lane] = lane < lanes ? (double)values[lane * 5 + 1] : 0;
     }
@@ -263,6 +299,45 @@ static void layer_norm_f32_reduce_2_columns(const opgen_lines_call *call, int64_
                 }
             }
             memcpy(sum_squares_lanes + opgen_at, sum_squares_block_lanes, sizeof sum_squares_block_lanes);
+        }
+    }
+    for (int lane = 0; lane < lanes; ++lane) {
+        values[lane * 5 + 2] = (double)(sum_squares_lanes[lane] + 0.0);
+    }
+}
+
+/* pass 2 over `lanes` neighbouring lines, one per lane: a wide tile */
+static void layer_norm_f32_reduce_2_wide(const opgen_lines_call *call, int64_t outer_index, int64_t position,
+                                        int lanes, double *values)
+{
+    const int64_t length = call->length, inner = call->inner;
+    const float *src = (const float *)call->tensors[0] + outer_index * length * inner + position;
+    const float epsilon = call->numbers[0];
+    (void)epsilon;
+    const double count = (double)call->count;
+    (void)count;
+    double mean_line_lanes[OPGEN_LINES_WIDE_LANES]; /* every lane read set, not cleared first: see Reduction */
+    for (int lane = 0; lane < lanes; ++lane) {
+        mean_line_lanes[lane] = lane < lanes ? (double)values[lane * 5 + 1] : 0;
+    }
+    double sum_squares_lanes[OPGEN_LINES_WIDE_LANES];
+    for (int lane = 0; lane < lanes; ++lane) {
+        sum_squares_lanes[lane] = (double)-0.0;
+    }
+    for (int64_t r = 0; r < length; ++r) {
+        for (int opgen_tile = 0; opgen_tile < lanes; opgen_tile += OPGEN_LINES_LANES) {
+            OPGEN_UNROLLED
+            for (int opgen_at = opgen_tile; opgen_at < opgen_tile + OPGEN_LINES_LANES; opgen_at += OPGEN_BLOCK) {
+                float src_block[OPGEN_BLOCK];
+                opgen_load_block_f32(src_block, src + r * inner + opgen_at, 0);
+                OPGEN_SIMD_FLOAT
+                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    const double src_value = (double)src_block[lane];
+                    const double mean_line = mean_line_lanes[opgen_at + lane];
+                    const double sum_squares_term = ((src_value - mean_line) * (src_value - mean_line));
+                    sum_squares_lanes[opgen_at + lane] = sum_squares_lanes[opgen_at + lane] + (double)sum_squares_term;
+                }
+            }
         }
     }
     for (int lane = 0; lane < lanes; ++lane) {
@@ -399,6 +474,7 @@ static void layer_norm_f32_apply(const opgen_lines_call *call, int64_t line, dou
     }
 }
 
+
 /* the elements of `lanes` neighbouring lines, one per lane;
  * `opgen_stream` a constant in each caller (_apply_columns) */
 OPGEN_MICROKERNEL void layer_norm_f32_apply_columns_of(const opgen_lines_call *call, int64_t outer_index, int64_t position,
@@ -416,7 +492,7 @@ OPGEN_MICROKERNEL void layer_norm_f32_apply_columns_of(const opgen_lines_call *c
     (void)epsilon;
     const double count = (double)call->count;
     (void)count;
-    double mean_line_lanes[OPGEN_LINES_LANES]; /* every lane set, not cleared first: see Reduction */
+    double mean_line_lanes[OPGEN_LINES_LANES]; /* every lane read set, not cleared first: see Reduction */
     for (int lane = 0; lane < OPGEN_LINES_LANES; ++lane) {
         mean_line_lanes[lane] = lane < lanes ? (double)values[lane * 5 + 1] : 0;
     }
@@ -424,7 +500,7 @@ OPGEN_MICROKERNEL void layer_norm_f32_apply_columns_of(const opgen_lines_call *c
     for (int lane = 0; lane < OPGEN_LINES_LANES; ++lane) {
         mean_line_float_lanes[lane] = (float)mean_line_lanes[lane];
     }
-    double inv_std_line_lanes[OPGEN_LINES_LANES]; /* every lane set, not cleared first: see Reduction */
+    double inv_std_line_lanes[OPGEN_LINES_LANES]; /* every lane read set, not cleared first: see Reduction */
     for (int lane = 0; lane < OPGEN_LINES_LANES; ++lane) {
         inv_std_line_lanes[lane] = lane < lanes ? (double)values[lane * 5 + 4] : 0;
     }
@@ -539,6 +615,77 @@ OPGEN_MICROKERNEL void layer_norm_f32_apply_columns_of(const opgen_lines_call *c
     }
 }
 
+/* the elements of `lanes` neighbouring lines, one per lane: a wide tile;
+ * `opgen_stream` a constant in each caller (_apply_wide) */
+OPGEN_MICROKERNEL void layer_norm_f32_apply_wide_of(const opgen_lines_call *call, int64_t outer_index, int64_t position,
+                                                   int lanes, double *values, double *opgen_across, int opgen_stream)
+{
+    (void)opgen_across;
+    (void)opgen_stream;
+    const int64_t length = call->length, inner = call->inner;
+    const int64_t start = outer_index * length * inner + position;
+    const float *src = (const float *)call->tensors[0] + start;
+    const float *gamma = (const float *)call->tensors[1];
+    const float *beta = (const float *)call->tensors[2];
+    float *dst = (float *)call->tensors[3] + start;
+    const float epsilon = call->numbers[0];
+    (void)epsilon;
+    const double count = (double)call->count;
+    (void)count;
+    double mean_line_lanes[OPGEN_LINES_WIDE_LANES]; /* every lane read set, not cleared first: see Reduction */
+    for (int lane = 0; lane < lanes; ++lane) {
+        mean_line_lanes[lane] = lane < lanes ? (double)values[lane * 5 + 1] : 0;
+    }
+    float mean_line_float_lanes[OPGEN_LINES_WIDE_LANES];
+    for (int lane = 0; lane < lanes; ++lane) {
+        mean_line_float_lanes[lane] = (float)mean_line_lanes[lane];
+    }
+    double inv_std_line_lanes[OPGEN_LINES_WIDE_LANES]; /* every lane read set, not cleared first: see Reduction */
+    for (int lane = 0; lane < lanes; ++lane) {
+        inv_std_line_lanes[lane] = lane < lanes ? (double)values[lane * 5 + 4] : 0;
+    }
+    float inv_std_line_float_lanes[OPGEN_LINES_WIDE_LANES];
+    for (int lane = 0; lane < lanes; ++lane) {
+        inv_std_line_float_lanes[lane] = (float)inv_std_line_lanes[lane];
+    }
+    for (int64_t r = 0; r < length; ++r) {
+        for (int opgen_tile = 0; opgen_tile < lanes; opgen_tile += OPGEN_LINES_LANES) {
+            OPGEN_UNROLLED
+            for (int opgen_at = opgen_tile; opgen_at < opgen_tile + OPGEN_LINES_LANES; opgen_at += OPGEN_BLOCK) {
+                float src_block[OPGEN_BLOCK];
+                opgen_load_block_f32(src_block, src + r * inner + opgen_at, 0);
+                const double gamma_step = gamma != NULL ? (double)(gamma[r]) : 1.0;
+                const double beta_step = beta != NULL ? (double)(beta[r]) : 0.0;
+                float dst_block[OPGEN_BLOCK];
+                OPGEN_SIMD_FLOAT
+                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    const float src_value = (float)src_block[lane];
+                    const float gamma_value = (float)gamma_step;
+                    const float beta_value = (float)beta_step;
+                    const float mean_line_float = mean_line_float_lanes[opgen_at + lane];
+                    const float inv_std_line_float = inv_std_line_float_lanes[opgen_at + lane];
+                    const float dst_value = ((((src_value - mean_line_float) * inv_std_line_float) * gamma_value) + beta_value);
+                    dst_block[lane] = (float)dst_value;
+                }
+                /* an intermediate left float's range (or an input is not finite): in double */
+                if (!(opgen_all_finite(dst_block, OPGEN_BLOCK))) {
+                    OPGEN_SIMD_FLOAT
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        const double src_value = (double)src_block[lane];
+                        const double gamma_value = (double)gamma_step;
+                        const double beta_value = (double)beta_step;
+                        const double mean_line = mean_line_lanes[opgen_at + lane];
+                        const double inv_std_line = inv_std_line_lanes[opgen_at + lane];
+                        const double dst_value = ((((src_value - mean_line) * inv_std_line) * gamma_value) + beta_value);
+                        dst_block[lane] = (float)dst_value;
+                    }
+                }
+                opgen_store_block_f32(dst + r * inner + opgen_at, dst_block, opgen_stream);
+            }
+        }
+    }
+}
+
 static void layer_norm_f32_apply_columns(const opgen_lines_call *call, int64_t outer_index, int64_t position, int lanes,
                                 double *values, double *opgen_across)
 {
@@ -547,6 +694,13 @@ static void layer_norm_f32_apply_columns(const opgen_lines_call *call, int64_t o
     } else {
         layer_norm_f32_apply_columns_of(call, outer_index, position, lanes, values, opgen_across, 0);
     }
+}
+
+/* wide tiles: for streamed calls alone (opgen_lines.c) */
+static void layer_norm_f32_apply_wide(const opgen_lines_call *call, int64_t outer_index, int64_t position, int lanes,
+                             double *values, double *opgen_across)
+{
+    layer_norm_f32_apply_wide_of(call, outer_index, position, lanes, values, opgen_across, 1);
 }
 
 /* the line outputs: double, rounded to f32, then to the output's dtype (as elements are) */
@@ -821,8 +975,10 @@ static OPGEN_FLATTEN void layer_norm_f32_lines(const opgen_lines_call *opgen_cal
 void OPGEN_KERNEL(layer_norm_f32)(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT gamma, const float *OPGEN_RESTRICT beta, float *OPGEN_RESTRICT dst, float *OPGEN_RESTRICT mean, float *OPGEN_RESTRICT variance, float epsilon, int64_t outer, int64_t length, int64_t inner)
 {
     static const opgen_lines_pass passes[] = {
-        { layer_norm_f32_reduce_1, layer_norm_f32_reduce_1_columns, layer_norm_f32_after_1 },
-        { layer_norm_f32_reduce_2, layer_norm_f32_reduce_2_columns, layer_norm_f32_after_2 },
+        { layer_norm_f32_reduce_1, layer_norm_f32_reduce_1_columns, layer_norm_f32_reduce_1_wide,
+          layer_norm_f32_after_1 },
+        { layer_norm_f32_reduce_2, layer_norm_f32_reduce_2_columns, layer_norm_f32_reduce_2_wide,
+          layer_norm_f32_after_2 },
     };
     static const opgen_lines_kernel kernel = {
         .value_count = 5,
@@ -830,6 +986,7 @@ void OPGEN_KERNEL(layer_norm_f32)(const float *OPGEN_RESTRICT src, const float *
         .pass_count = 2,
         .passes = passes,
         .apply_columns = layer_norm_f32_apply_columns,
+        .apply_wide = layer_norm_f32_apply_wide,
         .lines = layer_norm_f32_lines,
         .store = layer_norm_f32_store,
         .across_count = 0,
@@ -899,6 +1056,7 @@ static void layer_norm_bf16_f32_reduce_1(const opgen_lines_call *call, int64_t l
     values[0] = (double)(sum_src_lanes[0] + 0.0);
 }
 
+
 /* pass 1 over `lanes` neighbouring lines, one per lane */
 static void layer_norm_bf16_f32_reduce_1_columns(const opgen_lines_call *call, int64_t outer_index, int64_t position,
                                         int lanes, double *values)
@@ -965,6 +1123,40 @@ static void layer_norm_bf16_f32_reduce_1_columns(const opgen_lines_call *call, i
     }
 }
 
+/* pass 1 over `lanes` neighbouring lines, one per lane: a wide tile */
+static void layer_norm_bf16_f32_reduce_1_wide(const opgen_lines_call *call, int64_t outer_index, int64_t position,
+                                        int lanes, double *values)
+{
+    const int64_t length = call->length, inner = call->inner;
+    const opgen_bf16 *src = (const opgen_bf16 *)call->tensors[0] + outer_index * length * inner + position;
+    const float epsilon = call->numbers[0];
+    (void)epsilon;
+    const double count = (double)call->count;
+    (void)count;
+    double sum_src_lanes[OPGEN_LINES_WIDE_LANES];
+    for (int lane = 0; lane < lanes; ++lane) {
+        sum_src_lanes[lane] = (double)-0.0;
+    }
+    for (int64_t r = 0; r < length; ++r) {
+        for (int opgen_tile = 0; opgen_tile < lanes; opgen_tile += OPGEN_LINES_LANES) {
+            OPGEN_UNROLLED
+            for (int opgen_at = opgen_tile; opgen_at < opgen_tile + OPGEN_LINES_LANES; opgen_at += OPGEN_BLOCK) {
+                float src_block[OPGEN_BLOCK];
+                opgen_load_block_bf16(src_block, src + r * inner + opgen_at, 0);
+                OPGEN_SIMD_FLOAT
+                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    const double src_value = (double)src_block[lane];
+                    const double sum_src_term = src_value;
+                    sum_src_lanes[opgen_at + lane] = sum_src_lanes[opgen_at + lane] + (double)sum_src_term;
+                }
+            }
+        }
+    }
+    for (int lane = 0; lane < lanes; ++lane) {
+        values[lane * 5 + 0] = (double)(sum_src_lanes[lane] + 0.0);
+    }
+}
+
 /* the line values pass 1 makes computable */
 static void layer_norm_bf16_f32_after_1(const opgen_lines_call *call, int64_t line, double *values)
 {
@@ -1021,6 +1213,7 @@ static void layer_norm_bf16_f32_reduce_2(const opgen_lines_call *call, int64_t l
     values[2] = (double)(sum_squares_lanes[0] + 0.0);
 }
 
+
 /* pass 2 over `lanes` neighbouring lines, one per lane */
 static void layer_norm_bf16_f32_reduce_2_columns(const opgen_lines_call *call, int64_t outer_index, int64_t position,
                                         int lanes, double *values)
@@ -1031,7 +1224,7 @@ static void layer_norm_bf16_f32_reduce_2_columns(const opgen_lines_call *call, i
     (void)epsilon;
     const double count = (double)call->count;
     (void)count;
-    double mean_line_lanes[OPGEN_LINES_LANES]; /* every lane set, not cleared first: see Reduction */
+    double mean_line_lanes[OPGEN_LINES_LANES]; /* every lane read set, not cleared first: see Reduction */
     for (int lane = 0; lane < OPGEN_LINES_LANES; ++lane) {
         mean_line_lanes[lane] = lane < lanes ? (double)values[lane * 5 + 1] : 0;
     }
@@ -1087,6 +1280,45 @@ static void layer_norm_bf16_f32_reduce_2_columns(const opgen_lines_call *call, i
                 }
             }
             memcpy(sum_squares_lanes + opgen_at, sum_squares_block_lanes, sizeof sum_squares_block_lanes);
+        }
+    }
+    for (int lane = 0; lane < lanes; ++lane) {
+        values[lane * 5 + 2] = (double)(sum_squares_lanes[lane] + 0.0);
+    }
+}
+
+/* pass 2 over `lanes` neighbouring lines, one per lane: a wide tile */
+static void layer_norm_bf16_f32_reduce_2_wide(const opgen_lines_call *call, int64_t outer_index, int64_t position,
+                                        int lanes, double *values)
+{
+    const int64_t length = call->length, inner = call->inner;
+    const opgen_bf16 *src = (const opgen_bf16 *)call->tensors[0] + outer_index * length * inner + position;
+    const float epsilon = call->numbers[0];
+    (void)epsilon;
+    const double count = (double)call->count;
+    (void)count;
+    double mean_line_lanes[OPGEN_LINES_WIDE_LANES]; /* every lane read set, not cleared first: see Reduction */
+    for (int lane = 0; lane < lanes; ++lane) {
+        mean_line_lanes[lane] = lane < lanes ? (double)values[lane * 5 + 1] : 0;
+    }
+    double sum_squares_lanes[OPGEN_LINES_WIDE_LANES];
+    for (int lane = 0; lane < lanes; ++lane) {
+        sum_squares_lanes[lane] = (double)-0.0;
+    }
+    for (int64_t r = 0; r < length; ++r) {
+        for (int opgen_tile = 0; opgen_tile < lanes; opgen_tile += OPGEN_LINES_LANES) {
+            OPGEN_UNROLLED
+            for (int opgen_at = opgen_tile; opgen_at < opgen_tile + OPGEN_LINES_LANES; opgen_at += OPGEN_BLOCK) {
+                float src_block[OPGEN_BLOCK];
+                opgen_load_block_bf16(src_block, src + r * inner + opgen_at, 0);
+                OPGEN_SIMD_FLOAT
+                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    const double src_value = (double)src_block[lane];
+                    const double mean_line = mean_line_lanes[opgen_at + lane];
+                    const double sum_squares_term = ((src_value - mean_line) * (src_value - mean_line));
+                    sum_squares_lanes[opgen_at + lane] = sum_squares_lanes[opgen_at + lane] + (double)sum_squares_term;
+                }
+            }
         }
     }
     for (int lane = 0; lane < lanes; ++lane) {
@@ -1223,6 +1455,7 @@ static void layer_norm_bf16_f32_apply(const opgen_lines_call *call, int64_t line
     }
 }
 
+
 /* the elements of `lanes` neighbouring lines, one per lane;
  * `opgen_stream` a constant in each caller (_apply_columns) */
 OPGEN_MICROKERNEL void layer_norm_bf16_f32_apply_columns_of(const opgen_lines_call *call, int64_t outer_index, int64_t position,
@@ -1240,7 +1473,7 @@ OPGEN_MICROKERNEL void layer_norm_bf16_f32_apply_columns_of(const opgen_lines_ca
     (void)epsilon;
     const double count = (double)call->count;
     (void)count;
-    double mean_line_lanes[OPGEN_LINES_LANES]; /* every lane set, not cleared first: see Reduction */
+    double mean_line_lanes[OPGEN_LINES_LANES]; /* every lane read set, not cleared first: see Reduction */
     for (int lane = 0; lane < OPGEN_LINES_LANES; ++lane) {
         mean_line_lanes[lane] = lane < lanes ? (double)values[lane * 5 + 1] : 0;
     }
@@ -1248,7 +1481,7 @@ OPGEN_MICROKERNEL void layer_norm_bf16_f32_apply_columns_of(const opgen_lines_ca
     for (int lane = 0; lane < OPGEN_LINES_LANES; ++lane) {
         mean_line_float_lanes[lane] = (float)mean_line_lanes[lane];
     }
-    double inv_std_line_lanes[OPGEN_LINES_LANES]; /* every lane set, not cleared first: see Reduction */
+    double inv_std_line_lanes[OPGEN_LINES_LANES]; /* every lane read set, not cleared first: see Reduction */
     for (int lane = 0; lane < OPGEN_LINES_LANES; ++lane) {
         inv_std_line_lanes[lane] = lane < lanes ? (double)values[lane * 5 + 4] : 0;
     }
@@ -1363,6 +1596,77 @@ OPGEN_MICROKERNEL void layer_norm_bf16_f32_apply_columns_of(const opgen_lines_ca
     }
 }
 
+/* the elements of `lanes` neighbouring lines, one per lane: a wide tile;
+ * `opgen_stream` a constant in each caller (_apply_wide) */
+OPGEN_MICROKERNEL void layer_norm_bf16_f32_apply_wide_of(const opgen_lines_call *call, int64_t outer_index, int64_t position,
+                                                        int lanes, double *values, double *opgen_across, int opgen_stream)
+{
+    (void)opgen_across;
+    (void)opgen_stream;
+    const int64_t length = call->length, inner = call->inner;
+    const int64_t start = outer_index * length * inner + position;
+    const opgen_bf16 *src = (const opgen_bf16 *)call->tensors[0] + start;
+    const float *gamma = (const float *)call->tensors[1];
+    const float *beta = (const float *)call->tensors[2];
+    opgen_bf16 *dst = (opgen_bf16 *)call->tensors[3] + start;
+    const float epsilon = call->numbers[0];
+    (void)epsilon;
+    const double count = (double)call->count;
+    (void)count;
+    double mean_line_lanes[OPGEN_LINES_WIDE_LANES]; /* every lane read set, not cleared first: see Reduction */
+    for (int lane = 0; lane < lanes; ++lane) {
+        mean_line_lanes[lane] = lane < lanes ? (double)values[lane * 5 + 1] : 0;
+    }
+    float mean_line_float_lanes[OPGEN_LINES_WIDE_LANES];
+    for (int lane = 0; lane < lanes; ++lane) {
+        mean_line_float_lanes[lane] = (float)mean_line_lanes[lane];
+    }
+    double inv_std_line_lanes[OPGEN_LINES_WIDE_LANES]; /* every lane read set, not cleared first: see Reduction */
+    for (int lane = 0; lane < lanes; ++lane) {
+        inv_std_line_lanes[lane] = lane < lanes ? (double)values[lane * 5 + 4] : 0;
+    }
+    float inv_std_line_float_lanes[OPGEN_LINES_WIDE_LANES];
+    for (int lane = 0; lane < lanes; ++lane) {
+        inv_std_line_float_lanes[lane] = (float)inv_std_line_lanes[lane];
+    }
+    for (int64_t r = 0; r < length; ++r) {
+        for (int opgen_tile = 0; opgen_tile < lanes; opgen_tile += OPGEN_LINES_LANES) {
+            OPGEN_UNROLLED
+            for (int opgen_at = opgen_tile; opgen_at < opgen_tile + OPGEN_LINES_LANES; opgen_at += OPGEN_BLOCK) {
+                float src_block[OPGEN_BLOCK];
+                opgen_load_block_bf16(src_block, src + r * inner + opgen_at, 0);
+                const double gamma_step = gamma != NULL ? (double)(gamma[r]) : 1.0;
+                const double beta_step = beta != NULL ? (double)(beta[r]) : 0.0;
+                float dst_block[OPGEN_BLOCK];
+                OPGEN_SIMD_FLOAT
+                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    const float src_value = (float)src_block[lane];
+                    const float gamma_value = (float)gamma_step;
+                    const float beta_value = (float)beta_step;
+                    const float mean_line_float = mean_line_float_lanes[opgen_at + lane];
+                    const float inv_std_line_float = inv_std_line_float_lanes[opgen_at + lane];
+                    const float dst_value = ((((src_value - mean_line_float) * inv_std_line_float) * gamma_value) + beta_value);
+                    dst_block[lane] = (float)dst_value;
+                }
+                /* an intermediate left float's range (or an input is not finite): in double */
+                if (!(opgen_all_finite(dst_block, OPGEN_BLOCK))) {
+                    OPGEN_SIMD_FLOAT
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        const double src_value = (double)src_block[lane];
+                        const double gamma_value = (double)gamma_step;
+                        const double beta_value = (double)beta_step;
+                        const double mean_line = mean_line_lanes[opgen_at + lane];
+                        const double inv_std_line = inv_std_line_lanes[opgen_at + lane];
+                        const double dst_value = ((((src_value - mean_line) * inv_std_line) * gamma_value) + beta_value);
+                        dst_block[lane] = (float)dst_value;
+                    }
+                }
+                opgen_store_block_bf16(dst + r * inner + opgen_at, dst_block, opgen_stream);
+            }
+        }
+    }
+}
+
 static void layer_norm_bf16_f32_apply_columns(const opgen_lines_call *call, int64_t outer_index, int64_t position, int lanes,
                                 double *values, double *opgen_across)
 {
@@ -1371,6 +1675,13 @@ static void layer_norm_bf16_f32_apply_columns(const opgen_lines_call *call, int6
     } else {
         layer_norm_bf16_f32_apply_columns_of(call, outer_index, position, lanes, values, opgen_across, 0);
     }
+}
+
+/* wide tiles: for streamed calls alone (opgen_lines.c) */
+static void layer_norm_bf16_f32_apply_wide(const opgen_lines_call *call, int64_t outer_index, int64_t position, int lanes,
+                             double *values, double *opgen_across)
+{
+    layer_norm_bf16_f32_apply_wide_of(call, outer_index, position, lanes, values, opgen_across, 1);
 }
 
 /* the line outputs: double, rounded to f32, then to the output's dtype (as elements are) */
@@ -1645,8 +1956,10 @@ static OPGEN_FLATTEN void layer_norm_bf16_f32_lines(const opgen_lines_call *opge
 void OPGEN_KERNEL(layer_norm_bf16_f32)(const opgen_bf16 *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT gamma, const float *OPGEN_RESTRICT beta, opgen_bf16 *OPGEN_RESTRICT dst, float *OPGEN_RESTRICT mean, float *OPGEN_RESTRICT variance, float epsilon, int64_t outer, int64_t length, int64_t inner)
 {
     static const opgen_lines_pass passes[] = {
-        { layer_norm_bf16_f32_reduce_1, layer_norm_bf16_f32_reduce_1_columns, layer_norm_bf16_f32_after_1 },
-        { layer_norm_bf16_f32_reduce_2, layer_norm_bf16_f32_reduce_2_columns, layer_norm_bf16_f32_after_2 },
+        { layer_norm_bf16_f32_reduce_1, layer_norm_bf16_f32_reduce_1_columns, layer_norm_bf16_f32_reduce_1_wide,
+          layer_norm_bf16_f32_after_1 },
+        { layer_norm_bf16_f32_reduce_2, layer_norm_bf16_f32_reduce_2_columns, layer_norm_bf16_f32_reduce_2_wide,
+          layer_norm_bf16_f32_after_2 },
     };
     static const opgen_lines_kernel kernel = {
         .value_count = 5,
@@ -1654,6 +1967,7 @@ void OPGEN_KERNEL(layer_norm_bf16_f32)(const opgen_bf16 *OPGEN_RESTRICT src, con
         .pass_count = 2,
         .passes = passes,
         .apply_columns = layer_norm_bf16_f32_apply_columns,
+        .apply_wide = layer_norm_bf16_f32_apply_wide,
         .lines = layer_norm_bf16_f32_lines,
         .store = layer_norm_bf16_f32_store,
         .across_count = 0,
@@ -1723,6 +2037,7 @@ static void layer_norm_bf16_reduce_1(const opgen_lines_call *call, int64_t line,
     values[0] = (double)(sum_src_lanes[0] + 0.0);
 }
 
+
 /* pass 1 over `lanes` neighbouring lines, one per lane */
 static void layer_norm_bf16_reduce_1_columns(const opgen_lines_call *call, int64_t outer_index, int64_t position,
                                         int lanes, double *values)
@@ -1789,6 +2104,40 @@ static void layer_norm_bf16_reduce_1_columns(const opgen_lines_call *call, int64
     }
 }
 
+/* pass 1 over `lanes` neighbouring lines, one per lane: a wide tile */
+static void layer_norm_bf16_reduce_1_wide(const opgen_lines_call *call, int64_t outer_index, int64_t position,
+                                        int lanes, double *values)
+{
+    const int64_t length = call->length, inner = call->inner;
+    const opgen_bf16 *src = (const opgen_bf16 *)call->tensors[0] + outer_index * length * inner + position;
+    const float epsilon = call->numbers[0];
+    (void)epsilon;
+    const double count = (double)call->count;
+    (void)count;
+    double sum_src_lanes[OPGEN_LINES_WIDE_LANES];
+    for (int lane = 0; lane < lanes; ++lane) {
+        sum_src_lanes[lane] = (double)-0.0;
+    }
+    for (int64_t r = 0; r < length; ++r) {
+        for (int opgen_tile = 0; opgen_tile < lanes; opgen_tile += OPGEN_LINES_LANES) {
+            OPGEN_UNROLLED
+            for (int opgen_at = opgen_tile; opgen_at < opgen_tile + OPGEN_LINES_LANES; opgen_at += OPGEN_BLOCK) {
+                float src_block[OPGEN_BLOCK];
+                opgen_load_block_bf16(src_block, src + r * inner + opgen_at, 0);
+                OPGEN_SIMD_FLOAT
+                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    const double src_value = (double)src_block[lane];
+                    const double sum_src_term = src_value;
+                    sum_src_lanes[opgen_at + lane] = sum_src_lanes[opgen_at + lane] + (double)sum_src_term;
+                }
+            }
+        }
+    }
+    for (int lane = 0; lane < lanes; ++lane) {
+        values[lane * 5 + 0] = (double)(sum_src_lanes[lane] + 0.0);
+    }
+}
+
 /* the line values pass 1 makes computable */
 static void layer_norm_bf16_after_1(const opgen_lines_call *call, int64_t line, double *values)
 {
@@ -1845,6 +2194,7 @@ static void layer_norm_bf16_reduce_2(const opgen_lines_call *call, int64_t line,
     values[2] = (double)(sum_squares_lanes[0] + 0.0);
 }
 
+
 /* pass 2 over `lanes` neighbouring lines, one per lane */
 static void layer_norm_bf16_reduce_2_columns(const opgen_lines_call *call, int64_t outer_index, int64_t position,
                                         int lanes, double *values)
@@ -1855,7 +2205,7 @@ static void layer_norm_bf16_reduce_2_columns(const opgen_lines_call *call, int64
     (void)epsilon;
     const double count = (double)call->count;
     (void)count;
-    double mean_line_lanes[OPGEN_LINES_LANES]; /* every lane set, not cleared first: see Reduction */
+    double mean_line_lanes[OPGEN_LINES_LANES]; /* every lane read set, not cleared first: see Reduction */
     for (int lane = 0; lane < OPGEN_LINES_LANES; ++lane) {
         mean_line_lanes[lane] = lane < lanes ? (double)values[lane * 5 + 1] : 0;
     }
@@ -1911,6 +2261,45 @@ static void layer_norm_bf16_reduce_2_columns(const opgen_lines_call *call, int64
                 }
             }
             memcpy(sum_squares_lanes + opgen_at, sum_squares_block_lanes, sizeof sum_squares_block_lanes);
+        }
+    }
+    for (int lane = 0; lane < lanes; ++lane) {
+        values[lane * 5 + 2] = (double)(sum_squares_lanes[lane] + 0.0);
+    }
+}
+
+/* pass 2 over `lanes` neighbouring lines, one per lane: a wide tile */
+static void layer_norm_bf16_reduce_2_wide(const opgen_lines_call *call, int64_t outer_index, int64_t position,
+                                        int lanes, double *values)
+{
+    const int64_t length = call->length, inner = call->inner;
+    const opgen_bf16 *src = (const opgen_bf16 *)call->tensors[0] + outer_index * length * inner + position;
+    const float epsilon = call->numbers[0];
+    (void)epsilon;
+    const double count = (double)call->count;
+    (void)count;
+    double mean_line_lanes[OPGEN_LINES_WIDE_LANES]; /* every lane read set, not cleared first: see Reduction */
+    for (int lane = 0; lane < lanes; ++lane) {
+        mean_line_lanes[lane] = lane < lanes ? (double)values[lane * 5 + 1] : 0;
+    }
+    double sum_squares_lanes[OPGEN_LINES_WIDE_LANES];
+    for (int lane = 0; lane < lanes; ++lane) {
+        sum_squares_lanes[lane] = (double)-0.0;
+    }
+    for (int64_t r = 0; r < length; ++r) {
+        for (int opgen_tile = 0; opgen_tile < lanes; opgen_tile += OPGEN_LINES_LANES) {
+            OPGEN_UNROLLED
+            for (int opgen_at = opgen_tile; opgen_at < opgen_tile + OPGEN_LINES_LANES; opgen_at += OPGEN_BLOCK) {
+                float src_block[OPGEN_BLOCK];
+                opgen_load_block_bf16(src_block, src + r * inner + opgen_at, 0);
+                OPGEN_SIMD_FLOAT
+                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    const double src_value = (double)src_block[lane];
+                    const double mean_line = mean_line_lanes[opgen_at + lane];
+                    const double sum_squares_term = ((src_value - mean_line) * (src_value - mean_line));
+                    sum_squares_lanes[opgen_at + lane] = sum_squares_lanes[opgen_at + lane] + (double)sum_squares_term;
+                }
+            }
         }
     }
     for (int lane = 0; lane < lanes; ++lane) {
@@ -2047,6 +2436,7 @@ static void layer_norm_bf16_apply(const opgen_lines_call *call, int64_t line, do
     }
 }
 
+
 /* the elements of `lanes` neighbouring lines, one per lane;
  * `opgen_stream` a constant in each caller (_apply_columns) */
 OPGEN_MICROKERNEL void layer_norm_bf16_apply_columns_of(const opgen_lines_call *call, int64_t outer_index, int64_t position,
@@ -2064,7 +2454,7 @@ OPGEN_MICROKERNEL void layer_norm_bf16_apply_columns_of(const opgen_lines_call *
     (void)epsilon;
     const double count = (double)call->count;
     (void)count;
-    double mean_line_lanes[OPGEN_LINES_LANES]; /* every lane set, not cleared first: see Reduction */
+    double mean_line_lanes[OPGEN_LINES_LANES]; /* every lane read set, not cleared first: see Reduction */
     for (int lane = 0; lane < OPGEN_LINES_LANES; ++lane) {
         mean_line_lanes[lane] = lane < lanes ? (double)values[lane * 5 + 1] : 0;
     }
@@ -2072,7 +2462,7 @@ OPGEN_MICROKERNEL void layer_norm_bf16_apply_columns_of(const opgen_lines_call *
     for (int lane = 0; lane < OPGEN_LINES_LANES; ++lane) {
         mean_line_float_lanes[lane] = (float)mean_line_lanes[lane];
     }
-    double inv_std_line_lanes[OPGEN_LINES_LANES]; /* every lane set, not cleared first: see Reduction */
+    double inv_std_line_lanes[OPGEN_LINES_LANES]; /* every lane read set, not cleared first: see Reduction */
     for (int lane = 0; lane < OPGEN_LINES_LANES; ++lane) {
         inv_std_line_lanes[lane] = lane < lanes ? (double)values[lane * 5 + 4] : 0;
     }
@@ -2187,6 +2577,77 @@ OPGEN_MICROKERNEL void layer_norm_bf16_apply_columns_of(const opgen_lines_call *
     }
 }
 
+/* the elements of `lanes` neighbouring lines, one per lane: a wide tile;
+ * `opgen_stream` a constant in each caller (_apply_wide) */
+OPGEN_MICROKERNEL void layer_norm_bf16_apply_wide_of(const opgen_lines_call *call, int64_t outer_index, int64_t position,
+                                                    int lanes, double *values, double *opgen_across, int opgen_stream)
+{
+    (void)opgen_across;
+    (void)opgen_stream;
+    const int64_t length = call->length, inner = call->inner;
+    const int64_t start = outer_index * length * inner + position;
+    const opgen_bf16 *src = (const opgen_bf16 *)call->tensors[0] + start;
+    const opgen_bf16 *gamma = (const opgen_bf16 *)call->tensors[1];
+    const opgen_bf16 *beta = (const opgen_bf16 *)call->tensors[2];
+    opgen_bf16 *dst = (opgen_bf16 *)call->tensors[3] + start;
+    const float epsilon = call->numbers[0];
+    (void)epsilon;
+    const double count = (double)call->count;
+    (void)count;
+    double mean_line_lanes[OPGEN_LINES_WIDE_LANES]; /* every lane read set, not cleared first: see Reduction */
+    for (int lane = 0; lane < lanes; ++lane) {
+        mean_line_lanes[lane] = lane < lanes ? (double)values[lane * 5 + 1] : 0;
+    }
+    float mean_line_float_lanes[OPGEN_LINES_WIDE_LANES];
+    for (int lane = 0; lane < lanes; ++lane) {
+        mean_line_float_lanes[lane] = (float)mean_line_lanes[lane];
+    }
+    double inv_std_line_lanes[OPGEN_LINES_WIDE_LANES]; /* every lane read set, not cleared first: see Reduction */
+    for (int lane = 0; lane < lanes; ++lane) {
+        inv_std_line_lanes[lane] = lane < lanes ? (double)values[lane * 5 + 4] : 0;
+    }
+    float inv_std_line_float_lanes[OPGEN_LINES_WIDE_LANES];
+    for (int lane = 0; lane < lanes; ++lane) {
+        inv_std_line_float_lanes[lane] = (float)inv_std_line_lanes[lane];
+    }
+    for (int64_t r = 0; r < length; ++r) {
+        for (int opgen_tile = 0; opgen_tile < lanes; opgen_tile += OPGEN_LINES_LANES) {
+            OPGEN_UNROLLED
+            for (int opgen_at = opgen_tile; opgen_at < opgen_tile + OPGEN_LINES_LANES; opgen_at += OPGEN_BLOCK) {
+                float src_block[OPGEN_BLOCK];
+                opgen_load_block_bf16(src_block, src + r * inner + opgen_at, 0);
+                const double gamma_step = gamma != NULL ? (double)(opgen_bf16_to_f32(gamma[r])) : 1.0;
+                const double beta_step = beta != NULL ? (double)(opgen_bf16_to_f32(beta[r])) : 0.0;
+                float dst_block[OPGEN_BLOCK];
+                OPGEN_SIMD_FLOAT
+                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    const float src_value = (float)src_block[lane];
+                    const float gamma_value = (float)gamma_step;
+                    const float beta_value = (float)beta_step;
+                    const float mean_line_float = mean_line_float_lanes[opgen_at + lane];
+                    const float inv_std_line_float = inv_std_line_float_lanes[opgen_at + lane];
+                    const float dst_value = ((((src_value - mean_line_float) * inv_std_line_float) * gamma_value) + beta_value);
+                    dst_block[lane] = (float)dst_value;
+                }
+                /* an intermediate left float's range (or an input is not finite): in double */
+                if (!(opgen_all_finite(dst_block, OPGEN_BLOCK))) {
+                    OPGEN_SIMD_FLOAT
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        const double src_value = (double)src_block[lane];
+                        const double gamma_value = (double)gamma_step;
+                        const double beta_value = (double)beta_step;
+                        const double mean_line = mean_line_lanes[opgen_at + lane];
+                        const double inv_std_line = inv_std_line_lanes[opgen_at + lane];
+                        const double dst_value = ((((src_value - mean_line) * inv_std_line) * gamma_value) + beta_value);
+                        dst_block[lane] = (float)dst_value;
+                    }
+                }
+                opgen_store_block_bf16(dst + r * inner + opgen_at, dst_block, opgen_stream);
+            }
+        }
+    }
+}
+
 static void layer_norm_bf16_apply_columns(const opgen_lines_call *call, int64_t outer_index, int64_t position, int lanes,
                                 double *values, double *opgen_across)
 {
@@ -2195,6 +2656,13 @@ static void layer_norm_bf16_apply_columns(const opgen_lines_call *call, int64_t 
     } else {
         layer_norm_bf16_apply_columns_of(call, outer_index, position, lanes, values, opgen_across, 0);
     }
+}
+
+/* wide tiles: for streamed calls alone (opgen_lines.c) */
+static void layer_norm_bf16_apply_wide(const opgen_lines_call *call, int64_t outer_index, int64_t position, int lanes,
+                             double *values, double *opgen_across)
+{
+    layer_norm_bf16_apply_wide_of(call, outer_index, position, lanes, values, opgen_across, 1);
 }
 
 /* the line outputs: double, rounded to f32, then to the output's dtype (as elements are) */
@@ -2469,8 +2937,10 @@ static OPGEN_FLATTEN void layer_norm_bf16_lines(const opgen_lines_call *opgen_ca
 void OPGEN_KERNEL(layer_norm_bf16)(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT gamma, const opgen_bf16 *OPGEN_RESTRICT beta, opgen_bf16 *OPGEN_RESTRICT dst, opgen_bf16 *OPGEN_RESTRICT mean, opgen_bf16 *OPGEN_RESTRICT variance, float epsilon, int64_t outer, int64_t length, int64_t inner)
 {
     static const opgen_lines_pass passes[] = {
-        { layer_norm_bf16_reduce_1, layer_norm_bf16_reduce_1_columns, layer_norm_bf16_after_1 },
-        { layer_norm_bf16_reduce_2, layer_norm_bf16_reduce_2_columns, layer_norm_bf16_after_2 },
+        { layer_norm_bf16_reduce_1, layer_norm_bf16_reduce_1_columns, layer_norm_bf16_reduce_1_wide,
+          layer_norm_bf16_after_1 },
+        { layer_norm_bf16_reduce_2, layer_norm_bf16_reduce_2_columns, layer_norm_bf16_reduce_2_wide,
+          layer_norm_bf16_after_2 },
     };
     static const opgen_lines_kernel kernel = {
         .value_count = 5,
@@ -2478,6 +2948,7 @@ void OPGEN_KERNEL(layer_norm_bf16)(const opgen_bf16 *OPGEN_RESTRICT src, const o
         .pass_count = 2,
         .passes = passes,
         .apply_columns = layer_norm_bf16_apply_columns,
+        .apply_wide = layer_norm_bf16_apply_wide,
         .lines = layer_norm_bf16_lines,
         .store = layer_norm_bf16_store,
         .across_count = 0,
@@ -2547,6 +3018,7 @@ static void layer_norm_f16_f32_reduce_1(const opgen_lines_call *call, int64_t li
     values[0] = (double)(sum_src_lanes[0] + 0.0);
 }
 
+
 /* pass 1 over `lanes` neighbouring lines, one per lane */
 static void layer_norm_f16_f32_reduce_1_columns(const opgen_lines_call *call, int64_t outer_index, int64_t position,
                                         int lanes, double *values)
@@ -2613,6 +3085,40 @@ static void layer_norm_f16_f32_reduce_1_columns(const opgen_lines_call *call, in
     }
 }
 
+/* pass 1 over `lanes` neighbouring lines, one per lane: a wide tile */
+static void layer_norm_f16_f32_reduce_1_wide(const opgen_lines_call *call, int64_t outer_index, int64_t position,
+                                        int lanes, double *values)
+{
+    const int64_t length = call->length, inner = call->inner;
+    const opgen_f16 *src = (const opgen_f16 *)call->tensors[0] + outer_index * length * inner + position;
+    const float epsilon = call->numbers[0];
+    (void)epsilon;
+    const float count = (float)call->count;
+    (void)count;
+    double sum_src_lanes[OPGEN_LINES_WIDE_LANES];
+    for (int lane = 0; lane < lanes; ++lane) {
+        sum_src_lanes[lane] = (double)-0.0;
+    }
+    for (int64_t r = 0; r < length; ++r) {
+        for (int opgen_tile = 0; opgen_tile < lanes; opgen_tile += OPGEN_LINES_LANES) {
+            OPGEN_UNROLLED
+            for (int opgen_at = opgen_tile; opgen_at < opgen_tile + OPGEN_LINES_LANES; opgen_at += OPGEN_BLOCK) {
+                float src_block[OPGEN_BLOCK];
+                opgen_load_block_f16(src_block, src + r * inner + opgen_at, 0);
+                OPGEN_SIMD_FLOAT
+                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    const float src_value = (float)src_block[lane];
+                    const float sum_src_term = src_value;
+                    sum_src_lanes[opgen_at + lane] = sum_src_lanes[opgen_at + lane] + (double)sum_src_term;
+                }
+            }
+        }
+    }
+    for (int lane = 0; lane < lanes; ++lane) {
+        values[lane * 5 + 0] = (double)(sum_src_lanes[lane] + 0.0);
+    }
+}
+
 /* the line values pass 1 makes computable */
 static void layer_norm_f16_f32_after_1(const opgen_lines_call *call, int64_t line, double *values)
 {
@@ -2669,6 +3175,7 @@ static void layer_norm_f16_f32_reduce_2(const opgen_lines_call *call, int64_t li
     values[2] = (double)(sum_squares_lanes[0] + 0.0);
 }
 
+
 /* pass 2 over `lanes` neighbouring lines, one per lane */
 static void layer_norm_f16_f32_reduce_2_columns(const opgen_lines_call *call, int64_t outer_index, int64_t position,
                                         int lanes, double *values)
@@ -2679,7 +3186,7 @@ static void layer_norm_f16_f32_reduce_2_columns(const opgen_lines_call *call, in
     (void)epsilon;
     const float count = (float)call->count;
     (void)count;
-    float mean_line_lanes[OPGEN_LINES_LANES]; /* every lane set, not cleared first: see Reduction */
+    float mean_line_lanes[OPGEN_LINES_LANES]; /* every lane read set, not cleared first: see Reduction */
     for (int lane = 0; lane < OPGEN_LINES_LANES; ++lane) {
         mean_line_lanes[lane] = lane < lanes ? (float)values[lane * 5 + 1] : 0;
     }
@@ -2735,6 +3242,45 @@ static void layer_norm_f16_f32_reduce_2_columns(const opgen_lines_call *call, in
                 }
             }
             memcpy(sum_squares_lanes + opgen_at, sum_squares_block_lanes, sizeof sum_squares_block_lanes);
+        }
+    }
+    for (int lane = 0; lane < lanes; ++lane) {
+        values[lane * 5 + 2] = (double)(sum_squares_lanes[lane] + 0.0);
+    }
+}
+
+/* pass 2 over `lanes` neighbouring lines, one per lane: a wide tile */
+static void layer_norm_f16_f32_reduce_2_wide(const opgen_lines_call *call, int64_t outer_index, int64_t position,
+                                        int lanes, double *values)
+{
+    const int64_t length = call->length, inner = call->inner;
+    const opgen_f16 *src = (const opgen_f16 *)call->tensors[0] + outer_index * length * inner + position;
+    const float epsilon = call->numbers[0];
+    (void)epsilon;
+    const float count = (float)call->count;
+    (void)count;
+    float mean_line_lanes[OPGEN_LINES_WIDE_LANES]; /* every lane read set, not cleared first: see Reduction */
+    for (int lane = 0; lane < lanes; ++lane) {
+        mean_line_lanes[lane] = lane < lanes ? (float)values[lane * 5 + 1] : 0;
+    }
+    double sum_squares_lanes[OPGEN_LINES_WIDE_LANES];
+    for (int lane = 0; lane < lanes; ++lane) {
+        sum_squares_lanes[lane] = (double)-0.0;
+    }
+    for (int64_t r = 0; r < length; ++r) {
+        for (int opgen_tile = 0; opgen_tile < lanes; opgen_tile += OPGEN_LINES_LANES) {
+            OPGEN_UNROLLED
+            for (int opgen_at = opgen_tile; opgen_at < opgen_tile + OPGEN_LINES_LANES; opgen_at += OPGEN_BLOCK) {
+                float src_block[OPGEN_BLOCK];
+                opgen_load_block_f16(src_block, src + r * inner + opgen_at, 0);
+                OPGEN_SIMD_FLOAT
+                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    const float src_value = (float)src_block[lane];
+                    const float mean_line = mean_line_lanes[opgen_at + lane];
+                    const float sum_squares_term = ((src_value - mean_line) * (src_value - mean_line));
+                    sum_squares_lanes[opgen_at + lane] = sum_squares_lanes[opgen_at + lane] + (double)sum_squares_term;
+                }
+            }
         }
     }
     for (int lane = 0; lane < lanes; ++lane) {
@@ -2847,6 +3393,7 @@ static void layer_norm_f16_f32_apply(const opgen_lines_call *call, int64_t line,
     }
 }
 
+
 /* the elements of `lanes` neighbouring lines, one per lane;
  * `opgen_stream` a constant in each caller (_apply_columns) */
 OPGEN_MICROKERNEL void layer_norm_f16_f32_apply_columns_of(const opgen_lines_call *call, int64_t outer_index, int64_t position,
@@ -2864,11 +3411,11 @@ OPGEN_MICROKERNEL void layer_norm_f16_f32_apply_columns_of(const opgen_lines_cal
     (void)epsilon;
     const float count = (float)call->count;
     (void)count;
-    float mean_line_lanes[OPGEN_LINES_LANES]; /* every lane set, not cleared first: see Reduction */
+    float mean_line_lanes[OPGEN_LINES_LANES]; /* every lane read set, not cleared first: see Reduction */
     for (int lane = 0; lane < OPGEN_LINES_LANES; ++lane) {
         mean_line_lanes[lane] = lane < lanes ? (float)values[lane * 5 + 1] : 0;
     }
-    float inv_std_line_lanes[OPGEN_LINES_LANES]; /* every lane set, not cleared first: see Reduction */
+    float inv_std_line_lanes[OPGEN_LINES_LANES]; /* every lane read set, not cleared first: see Reduction */
     for (int lane = 0; lane < OPGEN_LINES_LANES; ++lane) {
         inv_std_line_lanes[lane] = lane < lanes ? (float)values[lane * 5 + 4] : 0;
     }
@@ -2940,6 +3487,56 @@ OPGEN_MICROKERNEL void layer_norm_f16_f32_apply_columns_of(const opgen_lines_cal
     }
 }
 
+/* the elements of `lanes` neighbouring lines, one per lane: a wide tile;
+ * `opgen_stream` a constant in each caller (_apply_wide) */
+OPGEN_MICROKERNEL void layer_norm_f16_f32_apply_wide_of(const opgen_lines_call *call, int64_t outer_index, int64_t position,
+                                                       int lanes, double *values, double *opgen_across, int opgen_stream)
+{
+    (void)opgen_across;
+    (void)opgen_stream;
+    const int64_t length = call->length, inner = call->inner;
+    const int64_t start = outer_index * length * inner + position;
+    const opgen_f16 *src = (const opgen_f16 *)call->tensors[0] + start;
+    const float *gamma = (const float *)call->tensors[1];
+    const float *beta = (const float *)call->tensors[2];
+    opgen_f16 *dst = (opgen_f16 *)call->tensors[3] + start;
+    const float epsilon = call->numbers[0];
+    (void)epsilon;
+    const float count = (float)call->count;
+    (void)count;
+    float mean_line_lanes[OPGEN_LINES_WIDE_LANES]; /* every lane read set, not cleared first: see Reduction */
+    for (int lane = 0; lane < lanes; ++lane) {
+        mean_line_lanes[lane] = lane < lanes ? (float)values[lane * 5 + 1] : 0;
+    }
+    float inv_std_line_lanes[OPGEN_LINES_WIDE_LANES]; /* every lane read set, not cleared first: see Reduction */
+    for (int lane = 0; lane < lanes; ++lane) {
+        inv_std_line_lanes[lane] = lane < lanes ? (float)values[lane * 5 + 4] : 0;
+    }
+    for (int64_t r = 0; r < length; ++r) {
+        for (int opgen_tile = 0; opgen_tile < lanes; opgen_tile += OPGEN_LINES_LANES) {
+            OPGEN_UNROLLED
+            for (int opgen_at = opgen_tile; opgen_at < opgen_tile + OPGEN_LINES_LANES; opgen_at += OPGEN_BLOCK) {
+                float src_block[OPGEN_BLOCK];
+                opgen_load_block_f16(src_block, src + r * inner + opgen_at, 0);
+                const float gamma_step = gamma != NULL ? gamma[r] : 1.0f;
+                const float beta_step = beta != NULL ? beta[r] : 0.0f;
+                float dst_block[OPGEN_BLOCK];
+                OPGEN_SIMD_FLOAT
+                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    const float src_value = (float)src_block[lane];
+                    const float gamma_value = (float)gamma_step;
+                    const float beta_value = (float)beta_step;
+                    const float mean_line = mean_line_lanes[opgen_at + lane];
+                    const float inv_std_line = inv_std_line_lanes[opgen_at + lane];
+                    const float dst_value = ((((src_value - mean_line) * inv_std_line) * gamma_value) + beta_value);
+                    dst_block[lane] = (float)dst_value;
+                }
+                opgen_store_block_f16(dst + r * inner + opgen_at, dst_block, opgen_stream);
+            }
+        }
+    }
+}
+
 static void layer_norm_f16_f32_apply_columns(const opgen_lines_call *call, int64_t outer_index, int64_t position, int lanes,
                                 double *values, double *opgen_across)
 {
@@ -2948,6 +3545,13 @@ static void layer_norm_f16_f32_apply_columns(const opgen_lines_call *call, int64
     } else {
         layer_norm_f16_f32_apply_columns_of(call, outer_index, position, lanes, values, opgen_across, 0);
     }
+}
+
+/* wide tiles: for streamed calls alone (opgen_lines.c) */
+static void layer_norm_f16_f32_apply_wide(const opgen_lines_call *call, int64_t outer_index, int64_t position, int lanes,
+                             double *values, double *opgen_across)
+{
+    layer_norm_f16_f32_apply_wide_of(call, outer_index, position, lanes, values, opgen_across, 1);
 }
 
 /* the line outputs: double, rounded to f32, then to the output's dtype (as elements are) */
@@ -3194,8 +3798,10 @@ static OPGEN_FLATTEN void layer_norm_f16_f32_lines(const opgen_lines_call *opgen
 void OPGEN_KERNEL(layer_norm_f16_f32)(const opgen_f16 *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT gamma, const float *OPGEN_RESTRICT beta, opgen_f16 *OPGEN_RESTRICT dst, float *OPGEN_RESTRICT mean, float *OPGEN_RESTRICT variance, float epsilon, int64_t outer, int64_t length, int64_t inner)
 {
     static const opgen_lines_pass passes[] = {
-        { layer_norm_f16_f32_reduce_1, layer_norm_f16_f32_reduce_1_columns, layer_norm_f16_f32_after_1 },
-        { layer_norm_f16_f32_reduce_2, layer_norm_f16_f32_reduce_2_columns, layer_norm_f16_f32_after_2 },
+        { layer_norm_f16_f32_reduce_1, layer_norm_f16_f32_reduce_1_columns, layer_norm_f16_f32_reduce_1_wide,
+          layer_norm_f16_f32_after_1 },
+        { layer_norm_f16_f32_reduce_2, layer_norm_f16_f32_reduce_2_columns, layer_norm_f16_f32_reduce_2_wide,
+          layer_norm_f16_f32_after_2 },
     };
     static const opgen_lines_kernel kernel = {
         .value_count = 5,
@@ -3203,6 +3809,7 @@ void OPGEN_KERNEL(layer_norm_f16_f32)(const opgen_f16 *OPGEN_RESTRICT src, const
         .pass_count = 2,
         .passes = passes,
         .apply_columns = layer_norm_f16_f32_apply_columns,
+        .apply_wide = layer_norm_f16_f32_apply_wide,
         .lines = layer_norm_f16_f32_lines,
         .store = layer_norm_f16_f32_store,
         .across_count = 0,

@@ -105,6 +105,7 @@ static void layer_norm_backward_f32_reduce_1(const opgen_lines_call *call, int64
     values[4] = (double)(sum_g_centered_lanes[0] + 0.0);
 }
 
+
 /* pass 1 over `lanes` neighbouring lines, one per lane */
 static void layer_norm_backward_f32_reduce_1_columns(const opgen_lines_call *call, int64_t outer_index, int64_t position,
                                         int lanes, double *values)
@@ -117,7 +118,7 @@ static void layer_norm_backward_f32_reduce_1_columns(const opgen_lines_call *cal
     (void)epsilon;
     const float count = (float)call->count;
     (void)count;
-    float mean_line_lanes[OPGEN_LINES_LANES]; /* every lane set, not cleared first: see Reduction */
+    float mean_line_lanes[OPGEN_LINES_LANES]; /* every lane read set, not cleared first: see Reduction */
     for (int lane = 0; lane < OPGEN_LINES_LANES; ++lane) {
         mean_line_lanes[lane] = lane < lanes ? (float)values[lane * 7 + 0] : 0;
     }
@@ -201,6 +202,57 @@ static void layer_norm_backward_f32_reduce_1_columns(const opgen_lines_call *cal
             }
             memcpy(sum_g_lanes + opgen_at, sum_g_block_lanes, sizeof sum_g_block_lanes);
             memcpy(sum_g_centered_lanes + opgen_at, sum_g_centered_block_lanes, sizeof sum_g_centered_block_lanes);
+        }
+    }
+    for (int lane = 0; lane < lanes; ++lane) {
+        values[lane * 7 + 3] = (double)(sum_g_lanes[lane] + 0.0);
+        values[lane * 7 + 4] = (double)(sum_g_centered_lanes[lane] + 0.0);
+    }
+}
+
+/* pass 1 over `lanes` neighbouring lines, one per lane: a wide tile */
+static void layer_norm_backward_f32_reduce_1_wide(const opgen_lines_call *call, int64_t outer_index, int64_t position,
+                                        int lanes, double *values)
+{
+    const int64_t length = call->length, inner = call->inner;
+    const float *src = (const float *)call->tensors[0] + outer_index * length * inner + position;
+    const float *diff_dst = (const float *)call->tensors[1] + outer_index * length * inner + position;
+    const float *gamma = (const float *)call->tensors[4];
+    const float epsilon = call->numbers[0];
+    (void)epsilon;
+    const float count = (float)call->count;
+    (void)count;
+    float mean_line_lanes[OPGEN_LINES_WIDE_LANES]; /* every lane read set, not cleared first: see Reduction */
+    for (int lane = 0; lane < lanes; ++lane) {
+        mean_line_lanes[lane] = lane < lanes ? (float)values[lane * 7 + 0] : 0;
+    }
+    double sum_g_lanes[OPGEN_LINES_WIDE_LANES];
+    double sum_g_centered_lanes[OPGEN_LINES_WIDE_LANES];
+    for (int lane = 0; lane < lanes; ++lane) {
+        sum_g_lanes[lane] = (double)-0.0;
+        sum_g_centered_lanes[lane] = (double)-0.0;
+    }
+    for (int64_t r = 0; r < length; ++r) {
+        for (int opgen_tile = 0; opgen_tile < lanes; opgen_tile += OPGEN_LINES_LANES) {
+            OPGEN_UNROLLED
+            for (int opgen_at = opgen_tile; opgen_at < opgen_tile + OPGEN_LINES_LANES; opgen_at += OPGEN_BLOCK) {
+                float src_block[OPGEN_BLOCK];
+                opgen_load_block_f32(src_block, src + r * inner + opgen_at, 0);
+                float diff_dst_block[OPGEN_BLOCK];
+                opgen_load_block_f32(diff_dst_block, diff_dst + r * inner + opgen_at, 0);
+                const float gamma_step = gamma != NULL ? gamma[r] : 1.0f;
+                OPGEN_SIMD_FLOAT
+                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    const float src_value = (float)src_block[lane];
+                    const float diff_dst_value = (float)diff_dst_block[lane];
+                    const float gamma_value = (float)gamma_step;
+                    const float mean_line = mean_line_lanes[opgen_at + lane];
+                    const float sum_g_term = (diff_dst_value * gamma_value);
+                    sum_g_lanes[opgen_at + lane] = sum_g_lanes[opgen_at + lane] + (double)sum_g_term;
+                    const float sum_g_centered_term = ((diff_dst_value * gamma_value) * (src_value - mean_line));
+                    sum_g_centered_lanes[opgen_at + lane] = sum_g_centered_lanes[opgen_at + lane] + (double)sum_g_centered_term;
+                }
+            }
         }
     }
     for (int lane = 0; lane < lanes; ++lane) {
@@ -330,6 +382,7 @@ static void layer_norm_backward_f32_apply(const opgen_lines_call *call, int64_t 
     }
 }
 
+
 /* the elements of `lanes` neighbouring lines, one per lane, and their terms across lines;
  * `opgen_stream` a constant in each caller (_apply_columns) */
 OPGEN_MICROKERNEL void layer_norm_backward_f32_apply_columns_of(const opgen_lines_call *call, int64_t outer_index, int64_t position,
@@ -347,19 +400,19 @@ OPGEN_MICROKERNEL void layer_norm_backward_f32_apply_columns_of(const opgen_line
     (void)epsilon;
     const float count = (float)call->count;
     (void)count;
-    float mean_line_lanes[OPGEN_LINES_LANES]; /* every lane set, not cleared first: see Reduction */
+    float mean_line_lanes[OPGEN_LINES_LANES]; /* every lane read set, not cleared first: see Reduction */
     for (int lane = 0; lane < OPGEN_LINES_LANES; ++lane) {
         mean_line_lanes[lane] = lane < lanes ? (float)values[lane * 7 + 0] : 0;
     }
-    float inv_std_line_lanes[OPGEN_LINES_LANES]; /* every lane set, not cleared first: see Reduction */
+    float inv_std_line_lanes[OPGEN_LINES_LANES]; /* every lane read set, not cleared first: see Reduction */
     for (int lane = 0; lane < OPGEN_LINES_LANES; ++lane) {
         inv_std_line_lanes[lane] = lane < lanes ? (float)values[lane * 7 + 2] : 0;
     }
-    float mean_g_line_lanes[OPGEN_LINES_LANES]; /* every lane set, not cleared first: see Reduction */
+    float mean_g_line_lanes[OPGEN_LINES_LANES]; /* every lane read set, not cleared first: see Reduction */
     for (int lane = 0; lane < OPGEN_LINES_LANES; ++lane) {
         mean_g_line_lanes[lane] = lane < lanes ? (float)values[lane * 7 + 5] : 0;
     }
-    float centered_coefficient_line_lanes[OPGEN_LINES_LANES]; /* every lane set, not cleared first: see Reduction */
+    float centered_coefficient_line_lanes[OPGEN_LINES_LANES]; /* every lane read set, not cleared first: see Reduction */
     for (int lane = 0; lane < OPGEN_LINES_LANES; ++lane) {
         centered_coefficient_line_lanes[lane] = lane < lanes ? (float)values[lane * 7 + 6] : 0;
     }
@@ -476,6 +529,79 @@ OPGEN_MICROKERNEL void layer_norm_backward_f32_apply_columns_of(const opgen_line
     }
 }
 
+/* the elements of `lanes` neighbouring lines, one per lane, and their terms across lines: a wide tile;
+ * `opgen_stream` a constant in each caller (_apply_wide) */
+OPGEN_MICROKERNEL void layer_norm_backward_f32_apply_wide_of(const opgen_lines_call *call, int64_t outer_index, int64_t position,
+                                                            int lanes, double *values, double *opgen_across, int opgen_stream)
+{
+    (void)opgen_across;
+    (void)opgen_stream;
+    const int64_t length = call->length, inner = call->inner;
+    const int64_t start = outer_index * length * inner + position;
+    const float *src = (const float *)call->tensors[0] + start;
+    const float *diff_dst = (const float *)call->tensors[1] + start;
+    const float *gamma = (const float *)call->tensors[4];
+    float *diff_src = (float *)call->tensors[5] + start;
+    const float epsilon = call->numbers[0];
+    (void)epsilon;
+    const float count = (float)call->count;
+    (void)count;
+    float mean_line_lanes[OPGEN_LINES_WIDE_LANES]; /* every lane read set, not cleared first: see Reduction */
+    for (int lane = 0; lane < lanes; ++lane) {
+        mean_line_lanes[lane] = lane < lanes ? (float)values[lane * 7 + 0] : 0;
+    }
+    float inv_std_line_lanes[OPGEN_LINES_WIDE_LANES]; /* every lane read set, not cleared first: see Reduction */
+    for (int lane = 0; lane < lanes; ++lane) {
+        inv_std_line_lanes[lane] = lane < lanes ? (float)values[lane * 7 + 2] : 0;
+    }
+    float mean_g_line_lanes[OPGEN_LINES_WIDE_LANES]; /* every lane read set, not cleared first: see Reduction */
+    for (int lane = 0; lane < lanes; ++lane) {
+        mean_g_line_lanes[lane] = lane < lanes ? (float)values[lane * 7 + 5] : 0;
+    }
+    float centered_coefficient_line_lanes[OPGEN_LINES_WIDE_LANES]; /* every lane read set, not cleared first: see Reduction */
+    for (int lane = 0; lane < lanes; ++lane) {
+        centered_coefficient_line_lanes[lane] = lane < lanes ? (float)values[lane * 7 + 6] : 0;
+    }
+    for (int64_t r = 0; r < length; ++r) {
+        for (int opgen_tile = 0; opgen_tile < lanes; opgen_tile += OPGEN_LINES_LANES) {
+            OPGEN_UNROLLED
+            for (int opgen_at = opgen_tile; opgen_at < opgen_tile + OPGEN_LINES_LANES; opgen_at += OPGEN_BLOCK) {
+                float src_block[OPGEN_BLOCK];
+                opgen_load_block_f32(src_block, src + r * inner + opgen_at, 0);
+                float diff_dst_block[OPGEN_BLOCK];
+                opgen_load_block_f32(diff_dst_block, diff_dst + r * inner + opgen_at, 0);
+                const float gamma_step = gamma != NULL ? gamma[r] : 1.0f;
+                float diff_src_block[OPGEN_BLOCK];
+                double diff_gamma_terms[OPGEN_BLOCK];
+                double diff_beta_terms[OPGEN_BLOCK];
+                OPGEN_SIMD_FLOAT
+                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    const float src_value = (float)src_block[lane];
+                    const float diff_dst_value = (float)diff_dst_block[lane];
+                    const float gamma_value = (float)gamma_step;
+                    const float mean_line = mean_line_lanes[opgen_at + lane];
+                    const float inv_std_line = inv_std_line_lanes[opgen_at + lane];
+                    const float mean_g_line = mean_g_line_lanes[opgen_at + lane];
+                    const float centered_coefficient_line = centered_coefficient_line_lanes[opgen_at + lane];
+                    const float diff_src_value = (inv_std_line * (((diff_dst_value * gamma_value) - mean_g_line) - ((src_value - mean_line) * centered_coefficient_line)));
+                    diff_src_block[lane] = (float)diff_src_value;
+                    diff_gamma_terms[lane] = (double)(((diff_dst_value * (src_value - mean_line)) * inv_std_line));
+                    diff_beta_terms[lane] = (double)(diff_dst_value);
+                }
+                /* this step's terms of diff_gamma, one per line, added in lane order */
+                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    opgen_across[0 * length + r] += diff_gamma_terms[lane];
+                }
+                /* this step's terms of diff_beta, one per line, added in lane order */
+                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    opgen_across[1 * length + r] += diff_beta_terms[lane];
+                }
+                opgen_store_block_f32(diff_src + r * inner + opgen_at, diff_src_block, opgen_stream);
+            }
+        }
+    }
+}
+
 static void layer_norm_backward_f32_apply_columns(const opgen_lines_call *call, int64_t outer_index, int64_t position, int lanes,
                                 double *values, double *opgen_across)
 {
@@ -484,6 +610,13 @@ static void layer_norm_backward_f32_apply_columns(const opgen_lines_call *call, 
     } else {
         layer_norm_backward_f32_apply_columns_of(call, outer_index, position, lanes, values, opgen_across, 0);
     }
+}
+
+/* wide tiles: for streamed calls alone (opgen_lines.c) */
+static void layer_norm_backward_f32_apply_wide(const opgen_lines_call *call, int64_t outer_index, int64_t position, int lanes,
+                             double *values, double *opgen_across)
+{
+    layer_norm_backward_f32_apply_wide_of(call, outer_index, position, lanes, values, opgen_across, 1);
 }
 
 /* the sums across lines, added up (NULL: there were no lines), rounded to f32 then to the
@@ -722,7 +855,8 @@ static OPGEN_FLATTEN void layer_norm_backward_f32_lines(const opgen_lines_call *
 void OPGEN_KERNEL(layer_norm_backward_f32)(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, float epsilon, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t length, int64_t inner)
 {
     static const opgen_lines_pass passes[] = {
-        { layer_norm_backward_f32_reduce_1, layer_norm_backward_f32_reduce_1_columns, layer_norm_backward_f32_after_1 },
+        { layer_norm_backward_f32_reduce_1, layer_norm_backward_f32_reduce_1_columns, layer_norm_backward_f32_reduce_1_wide,
+          layer_norm_backward_f32_after_1 },
     };
     static const opgen_lines_kernel kernel = {
         .value_count = 7,
@@ -730,6 +864,7 @@ void OPGEN_KERNEL(layer_norm_backward_f32)(const float *OPGEN_RESTRICT src, cons
         .pass_count = 1,
         .passes = passes,
         .apply_columns = layer_norm_backward_f32_apply_columns,
+        .apply_wide = layer_norm_backward_f32_apply_wide,
         .lines = layer_norm_backward_f32_lines,
         .store = NULL,
         .across_count = 2,
@@ -847,6 +982,7 @@ static void layer_norm_backward_bf16_f32_reduce_1(const opgen_lines_call *call, 
     values[4] = (double)(sum_g_centered_lanes[0] + 0.0);
 }
 
+
 /* pass 1 over `lanes` neighbouring lines, one per lane */
 static void layer_norm_backward_bf16_f32_reduce_1_columns(const opgen_lines_call *call, int64_t outer_index, int64_t position,
                                         int lanes, double *values)
@@ -859,7 +995,7 @@ static void layer_norm_backward_bf16_f32_reduce_1_columns(const opgen_lines_call
     (void)epsilon;
     const float count = (float)call->count;
     (void)count;
-    float mean_line_lanes[OPGEN_LINES_LANES]; /* every lane set, not cleared first: see Reduction */
+    float mean_line_lanes[OPGEN_LINES_LANES]; /* every lane read set, not cleared first: see Reduction */
     for (int lane = 0; lane < OPGEN_LINES_LANES; ++lane) {
         mean_line_lanes[lane] = lane < lanes ? (float)values[lane * 7 + 0] : 0;
     }
@@ -943,6 +1079,57 @@ static void layer_norm_backward_bf16_f32_reduce_1_columns(const opgen_lines_call
             }
             memcpy(sum_g_lanes + opgen_at, sum_g_block_lanes, sizeof sum_g_block_lanes);
             memcpy(sum_g_centered_lanes + opgen_at, sum_g_centered_block_lanes, sizeof sum_g_centered_block_lanes);
+        }
+    }
+    for (int lane = 0; lane < lanes; ++lane) {
+        values[lane * 7 + 3] = (double)(sum_g_lanes[lane] + 0.0);
+        values[lane * 7 + 4] = (double)(sum_g_centered_lanes[lane] + 0.0);
+    }
+}
+
+/* pass 1 over `lanes` neighbouring lines, one per lane: a wide tile */
+static void layer_norm_backward_bf16_f32_reduce_1_wide(const opgen_lines_call *call, int64_t outer_index, int64_t position,
+                                        int lanes, double *values)
+{
+    const int64_t length = call->length, inner = call->inner;
+    const opgen_bf16 *src = (const opgen_bf16 *)call->tensors[0] + outer_index * length * inner + position;
+    const opgen_bf16 *diff_dst = (const opgen_bf16 *)call->tensors[1] + outer_index * length * inner + position;
+    const float *gamma = (const float *)call->tensors[4];
+    const float epsilon = call->numbers[0];
+    (void)epsilon;
+    const float count = (float)call->count;
+    (void)count;
+    float mean_line_lanes[OPGEN_LINES_WIDE_LANES]; /* every lane read set, not cleared first: see Reduction */
+    for (int lane = 0; lane < lanes; ++lane) {
+        mean_line_lanes[lane] = lane < lanes ? (float)values[lane * 7 + 0] : 0;
+    }
+    double sum_g_lanes[OPGEN_LINES_WIDE_LANES];
+    double sum_g_centered_lanes[OPGEN_LINES_WIDE_LANES];
+    for (int lane = 0; lane < lanes; ++lane) {
+        sum_g_lanes[lane] = (double)-0.0;
+        sum_g_centered_lanes[lane] = (double)-0.0;
+    }
+    for (int64_t r = 0; r < length; ++r) {
+        for (int opgen_tile = 0; opgen_tile < lanes; opgen_tile += OPGEN_LINES_LANES) {
+            OPGEN_UNROLLED
+            for (int opgen_at = opgen_tile; opgen_at < opgen_tile + OPGEN_LINES_LANES; opgen_at += OPGEN_BLOCK) {
+                float src_block[OPGEN_BLOCK];
+                opgen_load_block_bf16(src_block, src + r * inner + opgen_at, 0);
+                float diff_dst_block[OPGEN_BLOCK];
+                opgen_load_block_bf16(diff_dst_block, diff_dst + r * inner + opgen_at, 0);
+                const float gamma_step = gamma != NULL ? gamma[r] : 1.0f;
+                OPGEN_SIMD_FLOAT
+                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    const float src_value = (float)src_block[lane];
+                    const float diff_dst_value = (float)diff_dst_block[lane];
+                    const float gamma_value = (float)gamma_step;
+                    const float mean_line = mean_line_lanes[opgen_at + lane];
+                    const float sum_g_term = (diff_dst_value * gamma_value);
+                    sum_g_lanes[opgen_at + lane] = sum_g_lanes[opgen_at + lane] + (double)sum_g_term;
+                    const float sum_g_centered_term = ((diff_dst_value * gamma_value) * (src_value - mean_line));
+                    sum_g_centered_lanes[opgen_at + lane] = sum_g_centered_lanes[opgen_at + lane] + (double)sum_g_centered_term;
+                }
+            }
         }
     }
     for (int lane = 0; lane < lanes; ++lane) {
@@ -1072,6 +1259,7 @@ static void layer_norm_backward_bf16_f32_apply(const opgen_lines_call *call, int
     }
 }
 
+
 /* the elements of `lanes` neighbouring lines, one per lane, and their terms across lines;
  * `opgen_stream` a constant in each caller (_apply_columns) */
 OPGEN_MICROKERNEL void layer_norm_backward_bf16_f32_apply_columns_of(const opgen_lines_call *call, int64_t outer_index, int64_t position,
@@ -1089,19 +1277,19 @@ OPGEN_MICROKERNEL void layer_norm_backward_bf16_f32_apply_columns_of(const opgen
     (void)epsilon;
     const float count = (float)call->count;
     (void)count;
-    float mean_line_lanes[OPGEN_LINES_LANES]; /* every lane set, not cleared first: see Reduction */
+    float mean_line_lanes[OPGEN_LINES_LANES]; /* every lane read set, not cleared first: see Reduction */
     for (int lane = 0; lane < OPGEN_LINES_LANES; ++lane) {
         mean_line_lanes[lane] = lane < lanes ? (float)values[lane * 7 + 0] : 0;
     }
-    float inv_std_line_lanes[OPGEN_LINES_LANES]; /* every lane set, not cleared first: see Reduction */
+    float inv_std_line_lanes[OPGEN_LINES_LANES]; /* every lane read set, not cleared first: see Reduction */
     for (int lane = 0; lane < OPGEN_LINES_LANES; ++lane) {
         inv_std_line_lanes[lane] = lane < lanes ? (float)values[lane * 7 + 2] : 0;
     }
-    float mean_g_line_lanes[OPGEN_LINES_LANES]; /* every lane set, not cleared first: see Reduction */
+    float mean_g_line_lanes[OPGEN_LINES_LANES]; /* every lane read set, not cleared first: see Reduction */
     for (int lane = 0; lane < OPGEN_LINES_LANES; ++lane) {
         mean_g_line_lanes[lane] = lane < lanes ? (float)values[lane * 7 + 5] : 0;
     }
-    float centered_coefficient_line_lanes[OPGEN_LINES_LANES]; /* every lane set, not cleared first: see Reduction */
+    float centered_coefficient_line_lanes[OPGEN_LINES_LANES]; /* every lane read set, not cleared first: see Reduction */
     for (int lane = 0; lane < OPGEN_LINES_LANES; ++lane) {
         centered_coefficient_line_lanes[lane] = lane < lanes ? (float)values[lane * 7 + 6] : 0;
     }
@@ -1218,6 +1406,79 @@ OPGEN_MICROKERNEL void layer_norm_backward_bf16_f32_apply_columns_of(const opgen
     }
 }
 
+/* the elements of `lanes` neighbouring lines, one per lane, and their terms across lines: a wide tile;
+ * `opgen_stream` a constant in each caller (_apply_wide) */
+OPGEN_MICROKERNEL void layer_norm_backward_bf16_f32_apply_wide_of(const opgen_lines_call *call, int64_t outer_index, int64_t position,
+                                                                 int lanes, double *values, double *opgen_across, int opgen_stream)
+{
+    (void)opgen_across;
+    (void)opgen_stream;
+    const int64_t length = call->length, inner = call->inner;
+    const int64_t start = outer_index * length * inner + position;
+    const opgen_bf16 *src = (const opgen_bf16 *)call->tensors[0] + start;
+    const opgen_bf16 *diff_dst = (const opgen_bf16 *)call->tensors[1] + start;
+    const float *gamma = (const float *)call->tensors[4];
+    opgen_bf16 *diff_src = (opgen_bf16 *)call->tensors[5] + start;
+    const float epsilon = call->numbers[0];
+    (void)epsilon;
+    const float count = (float)call->count;
+    (void)count;
+    float mean_line_lanes[OPGEN_LINES_WIDE_LANES]; /* every lane read set, not cleared first: see Reduction */
+    for (int lane = 0; lane < lanes; ++lane) {
+        mean_line_lanes[lane] = lane < lanes ? (float)values[lane * 7 + 0] : 0;
+    }
+    float inv_std_line_lanes[OPGEN_LINES_WIDE_LANES]; /* every lane read set, not cleared first: see Reduction */
+    for (int lane = 0; lane < lanes; ++lane) {
+        inv_std_line_lanes[lane] = lane < lanes ? (float)values[lane * 7 + 2] : 0;
+    }
+    float mean_g_line_lanes[OPGEN_LINES_WIDE_LANES]; /* every lane read set, not cleared first: see Reduction */
+    for (int lane = 0; lane < lanes; ++lane) {
+        mean_g_line_lanes[lane] = lane < lanes ? (float)values[lane * 7 + 5] : 0;
+    }
+    float centered_coefficient_line_lanes[OPGEN_LINES_WIDE_LANES]; /* every lane read set, not cleared first: see Reduction */
+    for (int lane = 0; lane < lanes; ++lane) {
+        centered_coefficient_line_lanes[lane] = lane < lanes ? (float)values[lane * 7 + 6] : 0;
+    }
+    for (int64_t r = 0; r < length; ++r) {
+        for (int opgen_tile = 0; opgen_tile < lanes; opgen_tile += OPGEN_LINES_LANES) {
+            OPGEN_UNROLLED
+            for (int opgen_at = opgen_tile; opgen_at < opgen_tile + OPGEN_LINES_LANES; opgen_at += OPGEN_BLOCK) {
+                float src_block[OPGEN_BLOCK];
+                opgen_load_block_bf16(src_block, src + r * inner + opgen_at, 0);
+                float diff_dst_block[OPGEN_BLOCK];
+                opgen_load_block_bf16(diff_dst_block, diff_dst + r * inner + opgen_at, 0);
+                const float gamma_step = gamma != NULL ? gamma[r] : 1.0f;
+                float diff_src_block[OPGEN_BLOCK];
+                double diff_gamma_terms[OPGEN_BLOCK];
+                double diff_beta_terms[OPGEN_BLOCK];
+                OPGEN_SIMD_FLOAT
+                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    const float src_value = (float)src_block[lane];
+                    const float diff_dst_value = (float)diff_dst_block[lane];
+                    const float gamma_value = (float)gamma_step;
+                    const float mean_line = mean_line_lanes[opgen_at + lane];
+                    const float inv_std_line = inv_std_line_lanes[opgen_at + lane];
+                    const float mean_g_line = mean_g_line_lanes[opgen_at + lane];
+                    const float centered_coefficient_line = centered_coefficient_line_lanes[opgen_at + lane];
+                    const float diff_src_value = (inv_std_line * (((diff_dst_value * gamma_value) - mean_g_line) - ((src_value - mean_line) * centered_coefficient_line)));
+                    diff_src_block[lane] = (float)diff_src_value;
+                    diff_gamma_terms[lane] = (double)(((diff_dst_value * (src_value - mean_line)) * inv_std_line));
+                    diff_beta_terms[lane] = (double)(diff_dst_value);
+                }
+                /* this step's terms of diff_gamma, one per line, added in lane order */
+                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    opgen_across[0 * length + r] += diff_gamma_terms[lane];
+                }
+                /* this step's terms of diff_beta, one per line, added in lane order */
+                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    opgen_across[1 * length + r] += diff_beta_terms[lane];
+                }
+                opgen_store_block_bf16(diff_src + r * inner + opgen_at, diff_src_block, opgen_stream);
+            }
+        }
+    }
+}
+
 static void layer_norm_backward_bf16_f32_apply_columns(const opgen_lines_call *call, int64_t outer_index, int64_t position, int lanes,
                                 double *values, double *opgen_across)
 {
@@ -1226,6 +1487,13 @@ static void layer_norm_backward_bf16_f32_apply_columns(const opgen_lines_call *c
     } else {
         layer_norm_backward_bf16_f32_apply_columns_of(call, outer_index, position, lanes, values, opgen_across, 0);
     }
+}
+
+/* wide tiles: for streamed calls alone (opgen_lines.c) */
+static void layer_norm_backward_bf16_f32_apply_wide(const opgen_lines_call *call, int64_t outer_index, int64_t position, int lanes,
+                             double *values, double *opgen_across)
+{
+    layer_norm_backward_bf16_f32_apply_wide_of(call, outer_index, position, lanes, values, opgen_across, 1);
 }
 
 /* the sums across lines, added up (NULL: there were no lines), rounded to f32 then to the
@@ -1464,7 +1732,8 @@ static OPGEN_FLATTEN void layer_norm_backward_bf16_f32_lines(const opgen_lines_c
 void OPGEN_KERNEL(layer_norm_backward_bf16_f32)(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, opgen_bf16 *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, float epsilon, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t length, int64_t inner)
 {
     static const opgen_lines_pass passes[] = {
-        { layer_norm_backward_bf16_f32_reduce_1, layer_norm_backward_bf16_f32_reduce_1_columns, layer_norm_backward_bf16_f32_after_1 },
+        { layer_norm_backward_bf16_f32_reduce_1, layer_norm_backward_bf16_f32_reduce_1_columns, layer_norm_backward_bf16_f32_reduce_1_wide,
+          layer_norm_backward_bf16_f32_after_1 },
     };
     static const opgen_lines_kernel kernel = {
         .value_count = 7,
@@ -1472,6 +1741,7 @@ void OPGEN_KERNEL(layer_norm_backward_bf16_f32)(const opgen_bf16 *OPGEN_RESTRICT
         .pass_count = 1,
         .passes = passes,
         .apply_columns = layer_norm_backward_bf16_f32_apply_columns,
+        .apply_wide = layer_norm_backward_bf16_f32_apply_wide,
         .lines = layer_norm_backward_bf16_f32_lines,
         .store = NULL,
         .across_count = 2,
@@ -1589,6 +1859,7 @@ static void layer_norm_backward_f16_f32_reduce_1(const opgen_lines_call *call, i
     values[4] = (double)(sum_g_centered_lanes[0] + 0.0);
 }
 
+
 /* pass 1 over `lanes` neighbouring lines, one per lane */
 static void layer_norm_backward_f16_f32_reduce_1_columns(const opgen_lines_call *call, int64_t outer_index, int64_t position,
                                         int lanes, double *values)
@@ -1601,7 +1872,7 @@ static void layer_norm_backward_f16_f32_reduce_1_columns(const opgen_lines_call 
     (void)epsilon;
     const float count = (float)call->count;
     (void)count;
-    float mean_line_lanes[OPGEN_LINES_LANES]; /* every lane set, not cleared first: see Reduction */
+    float mean_line_lanes[OPGEN_LINES_LANES]; /* every lane read set, not cleared first: see Reduction */
     for (int lane = 0; lane < OPGEN_LINES_LANES; ++lane) {
         mean_line_lanes[lane] = lane < lanes ? (float)values[lane * 7 + 0] : 0;
     }
@@ -1685,6 +1956,57 @@ static void layer_norm_backward_f16_f32_reduce_1_columns(const opgen_lines_call 
             }
             memcpy(sum_g_lanes + opgen_at, sum_g_block_lanes, sizeof sum_g_block_lanes);
             memcpy(sum_g_centered_lanes + opgen_at, sum_g_centered_block_lanes, sizeof sum_g_centered_block_lanes);
+        }
+    }
+    for (int lane = 0; lane < lanes; ++lane) {
+        values[lane * 7 + 3] = (double)(sum_g_lanes[lane] + 0.0);
+        values[lane * 7 + 4] = (double)(sum_g_centered_lanes[lane] + 0.0);
+    }
+}
+
+/* pass 1 over `lanes` neighbouring lines, one per lane: a wide tile */
+static void layer_norm_backward_f16_f32_reduce_1_wide(const opgen_lines_call *call, int64_t outer_index, int64_t position,
+                                        int lanes, double *values)
+{
+    const int64_t length = call->length, inner = call->inner;
+    const opgen_f16 *src = (const opgen_f16 *)call->tensors[0] + outer_index * length * inner + position;
+    const opgen_f16 *diff_dst = (const opgen_f16 *)call->tensors[1] + outer_index * length * inner + position;
+    const float *gamma = (const float *)call->tensors[4];
+    const float epsilon = call->numbers[0];
+    (void)epsilon;
+    const float count = (float)call->count;
+    (void)count;
+    float mean_line_lanes[OPGEN_LINES_WIDE_LANES]; /* every lane read set, not cleared first: see Reduction */
+    for (int lane = 0; lane < lanes; ++lane) {
+        mean_line_lanes[lane] = lane < lanes ? (float)values[lane * 7 + 0] : 0;
+    }
+    double sum_g_lanes[OPGEN_LINES_WIDE_LANES];
+    double sum_g_centered_lanes[OPGEN_LINES_WIDE_LANES];
+    for (int lane = 0; lane < lanes; ++lane) {
+        sum_g_lanes[lane] = (double)-0.0;
+        sum_g_centered_lanes[lane] = (double)-0.0;
+    }
+    for (int64_t r = 0; r < length; ++r) {
+        for (int opgen_tile = 0; opgen_tile < lanes; opgen_tile += OPGEN_LINES_LANES) {
+            OPGEN_UNROLLED
+            for (int opgen_at = opgen_tile; opgen_at < opgen_tile + OPGEN_LINES_LANES; opgen_at += OPGEN_BLOCK) {
+                float src_block[OPGEN_BLOCK];
+                opgen_load_block_f16(src_block, src + r * inner + opgen_at, 0);
+                float diff_dst_block[OPGEN_BLOCK];
+                opgen_load_block_f16(diff_dst_block, diff_dst + r * inner + opgen_at, 0);
+                const float gamma_step = gamma != NULL ? gamma[r] : 1.0f;
+                OPGEN_SIMD_FLOAT
+                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    const float src_value = (float)src_block[lane];
+                    const float diff_dst_value = (float)diff_dst_block[lane];
+                    const float gamma_value = (float)gamma_step;
+                    const float mean_line = mean_line_lanes[opgen_at + lane];
+                    const float sum_g_term = (diff_dst_value * gamma_value);
+                    sum_g_lanes[opgen_at + lane] = sum_g_lanes[opgen_at + lane] + (double)sum_g_term;
+                    const float sum_g_centered_term = ((diff_dst_value * gamma_value) * (src_value - mean_line));
+                    sum_g_centered_lanes[opgen_at + lane] = sum_g_centered_lanes[opgen_at + lane] + (double)sum_g_centered_term;
+                }
+            }
         }
     }
     for (int lane = 0; lane < lanes; ++lane) {
@@ -1814,6 +2136,7 @@ static void layer_norm_backward_f16_f32_apply(const opgen_lines_call *call, int6
     }
 }
 
+
 /* the elements of `lanes` neighbouring lines, one per lane, and their terms across lines;
  * `opgen_stream` a constant in each caller (_apply_columns) */
 OPGEN_MICROKERNEL void layer_norm_backward_f16_f32_apply_columns_of(const opgen_lines_call *call, int64_t outer_index, int64_t position,
@@ -1831,19 +2154,19 @@ OPGEN_MICROKERNEL void layer_norm_backward_f16_f32_apply_columns_of(const opgen_
     (void)epsilon;
     const float count = (float)call->count;
     (void)count;
-    float mean_line_lanes[OPGEN_LINES_LANES]; /* every lane set, not cleared first: see Reduction */
+    float mean_line_lanes[OPGEN_LINES_LANES]; /* every lane read set, not cleared first: see Reduction */
     for (int lane = 0; lane < OPGEN_LINES_LANES; ++lane) {
         mean_line_lanes[lane] = lane < lanes ? (float)values[lane * 7 + 0] : 0;
     }
-    float inv_std_line_lanes[OPGEN_LINES_LANES]; /* every lane set, not cleared first: see Reduction */
+    float inv_std_line_lanes[OPGEN_LINES_LANES]; /* every lane read set, not cleared first: see Reduction */
     for (int lane = 0; lane < OPGEN_LINES_LANES; ++lane) {
         inv_std_line_lanes[lane] = lane < lanes ? (float)values[lane * 7 + 2] : 0;
     }
-    float mean_g_line_lanes[OPGEN_LINES_LANES]; /* every lane set, not cleared first: see Reduction */
+    float mean_g_line_lanes[OPGEN_LINES_LANES]; /* every lane read set, not cleared first: see Reduction */
     for (int lane = 0; lane < OPGEN_LINES_LANES; ++lane) {
         mean_g_line_lanes[lane] = lane < lanes ? (float)values[lane * 7 + 5] : 0;
     }
-    float centered_coefficient_line_lanes[OPGEN_LINES_LANES]; /* every lane set, not cleared first: see Reduction */
+    float centered_coefficient_line_lanes[OPGEN_LINES_LANES]; /* every lane read set, not cleared first: see Reduction */
     for (int lane = 0; lane < OPGEN_LINES_LANES; ++lane) {
         centered_coefficient_line_lanes[lane] = lane < lanes ? (float)values[lane * 7 + 6] : 0;
     }
@@ -1960,6 +2283,79 @@ OPGEN_MICROKERNEL void layer_norm_backward_f16_f32_apply_columns_of(const opgen_
     }
 }
 
+/* the elements of `lanes` neighbouring lines, one per lane, and their terms across lines: a wide tile;
+ * `opgen_stream` a constant in each caller (_apply_wide) */
+OPGEN_MICROKERNEL void layer_norm_backward_f16_f32_apply_wide_of(const opgen_lines_call *call, int64_t outer_index, int64_t position,
+                                                                int lanes, double *values, double *opgen_across, int opgen_stream)
+{
+    (void)opgen_across;
+    (void)opgen_stream;
+    const int64_t length = call->length, inner = call->inner;
+    const int64_t start = outer_index * length * inner + position;
+    const opgen_f16 *src = (const opgen_f16 *)call->tensors[0] + start;
+    const opgen_f16 *diff_dst = (const opgen_f16 *)call->tensors[1] + start;
+    const float *gamma = (const float *)call->tensors[4];
+    opgen_f16 *diff_src = (opgen_f16 *)call->tensors[5] + start;
+    const float epsilon = call->numbers[0];
+    (void)epsilon;
+    const float count = (float)call->count;
+    (void)count;
+    float mean_line_lanes[OPGEN_LINES_WIDE_LANES]; /* every lane read set, not cleared first: see Reduction */
+    for (int lane = 0; lane < lanes; ++lane) {
+        mean_line_lanes[lane] = lane < lanes ? (float)values[lane * 7 + 0] : 0;
+    }
+    float inv_std_line_lanes[OPGEN_LINES_WIDE_LANES]; /* every lane read set, not cleared first: see Reduction */
+    for (int lane = 0; lane < lanes; ++lane) {
+        inv_std_line_lanes[lane] = lane < lanes ? (float)values[lane * 7 + 2] : 0;
+    }
+    float mean_g_line_lanes[OPGEN_LINES_WIDE_LANES]; /* every lane read set, not cleared first: see Reduction */
+    for (int lane = 0; lane < lanes; ++lane) {
+        mean_g_line_lanes[lane] = lane < lanes ? (float)values[lane * 7 + 5] : 0;
+    }
+    float centered_coefficient_line_lanes[OPGEN_LINES_WIDE_LANES]; /* every lane read set, not cleared first: see Reduction */
+    for (int lane = 0; lane < lanes; ++lane) {
+        centered_coefficient_line_lanes[lane] = lane < lanes ? (float)values[lane * 7 + 6] : 0;
+    }
+    for (int64_t r = 0; r < length; ++r) {
+        for (int opgen_tile = 0; opgen_tile < lanes; opgen_tile += OPGEN_LINES_LANES) {
+            OPGEN_UNROLLED
+            for (int opgen_at = opgen_tile; opgen_at < opgen_tile + OPGEN_LINES_LANES; opgen_at += OPGEN_BLOCK) {
+                float src_block[OPGEN_BLOCK];
+                opgen_load_block_f16(src_block, src + r * inner + opgen_at, 0);
+                float diff_dst_block[OPGEN_BLOCK];
+                opgen_load_block_f16(diff_dst_block, diff_dst + r * inner + opgen_at, 0);
+                const float gamma_step = gamma != NULL ? gamma[r] : 1.0f;
+                float diff_src_block[OPGEN_BLOCK];
+                double diff_gamma_terms[OPGEN_BLOCK];
+                double diff_beta_terms[OPGEN_BLOCK];
+                OPGEN_SIMD_FLOAT
+                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    const float src_value = (float)src_block[lane];
+                    const float diff_dst_value = (float)diff_dst_block[lane];
+                    const float gamma_value = (float)gamma_step;
+                    const float mean_line = mean_line_lanes[opgen_at + lane];
+                    const float inv_std_line = inv_std_line_lanes[opgen_at + lane];
+                    const float mean_g_line = mean_g_line_lanes[opgen_at + lane];
+                    const float centered_coefficient_line = centered_coefficient_line_lanes[opgen_at + lane];
+                    const float diff_src_value = (inv_std_line * (((diff_dst_value * gamma_value) - mean_g_line) - ((src_value - mean_line) * centered_coefficient_line)));
+                    diff_src_block[lane] = (float)diff_src_value;
+                    diff_gamma_terms[lane] = (double)(((diff_dst_value * (src_value - mean_line)) * inv_std_line));
+                    diff_beta_terms[lane] = (double)(diff_dst_value);
+                }
+                /* this step's terms of diff_gamma, one per line, added in lane order */
+                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    opgen_across[0 * length + r] += diff_gamma_terms[lane];
+                }
+                /* this step's terms of diff_beta, one per line, added in lane order */
+                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    opgen_across[1 * length + r] += diff_beta_terms[lane];
+                }
+                opgen_store_block_f16(diff_src + r * inner + opgen_at, diff_src_block, opgen_stream);
+            }
+        }
+    }
+}
+
 static void layer_norm_backward_f16_f32_apply_columns(const opgen_lines_call *call, int64_t outer_index, int64_t position, int lanes,
                                 double *values, double *opgen_across)
 {
@@ -1968,6 +2364,13 @@ static void layer_norm_backward_f16_f32_apply_columns(const opgen_lines_call *ca
     } else {
         layer_norm_backward_f16_f32_apply_columns_of(call, outer_index, position, lanes, values, opgen_across, 0);
     }
+}
+
+/* wide tiles: for streamed calls alone (opgen_lines.c) */
+static void layer_norm_backward_f16_f32_apply_wide(const opgen_lines_call *call, int64_t outer_index, int64_t position, int lanes,
+                             double *values, double *opgen_across)
+{
+    layer_norm_backward_f16_f32_apply_wide_of(call, outer_index, position, lanes, values, opgen_across, 1);
 }
 
 /* the sums across lines, added up (NULL: there were no lines), rounded to f32 then to the
@@ -2206,7 +2609,8 @@ static OPGEN_FLATTEN void layer_norm_backward_f16_f32_lines(const opgen_lines_ca
 void OPGEN_KERNEL(layer_norm_backward_f16_f32)(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16 *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, opgen_f16 *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, float epsilon, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t length, int64_t inner)
 {
     static const opgen_lines_pass passes[] = {
-        { layer_norm_backward_f16_f32_reduce_1, layer_norm_backward_f16_f32_reduce_1_columns, layer_norm_backward_f16_f32_after_1 },
+        { layer_norm_backward_f16_f32_reduce_1, layer_norm_backward_f16_f32_reduce_1_columns, layer_norm_backward_f16_f32_reduce_1_wide,
+          layer_norm_backward_f16_f32_after_1 },
     };
     static const opgen_lines_kernel kernel = {
         .value_count = 7,
@@ -2214,6 +2618,7 @@ void OPGEN_KERNEL(layer_norm_backward_f16_f32)(const opgen_f16 *OPGEN_RESTRICT s
         .pass_count = 1,
         .passes = passes,
         .apply_columns = layer_norm_backward_f16_f32_apply_columns,
+        .apply_wide = layer_norm_backward_f16_f32_apply_wide,
         .lines = layer_norm_backward_f16_f32_lines,
         .store = NULL,
         .across_count = 2,

@@ -55,6 +55,7 @@ static void log_soft_max_f32_reduce_1(const opgen_lines_call *call, int64_t line
     values[0] = (double)max_src_lanes[0];
 }
 
+
 /* pass 1 over `lanes` neighbouring lines, one per lane */
 static void log_soft_max_f32_reduce_1_columns(const opgen_lines_call *call, int64_t outer_index, int64_t position,
                                         int lanes, double *values)
@@ -119,6 +120,38 @@ static void log_soft_max_f32_reduce_1_columns(const opgen_lines_call *call, int6
     }
 }
 
+/* pass 1 over `lanes` neighbouring lines, one per lane: a wide tile */
+static void log_soft_max_f32_reduce_1_wide(const opgen_lines_call *call, int64_t outer_index, int64_t position,
+                                        int lanes, double *values)
+{
+    const int64_t length = call->length, inner = call->inner;
+    const float *src = (const float *)call->tensors[0] + outer_index * length * inner + position;
+    const float count = (float)call->count;
+    (void)count;
+    float max_src_lanes[OPGEN_LINES_WIDE_LANES];
+    for (int lane = 0; lane < lanes; ++lane) {
+        max_src_lanes[lane] = (float)-INFINITY;
+    }
+    for (int64_t r = 0; r < length; ++r) {
+        for (int opgen_tile = 0; opgen_tile < lanes; opgen_tile += OPGEN_LINES_LANES) {
+            OPGEN_UNROLLED
+            for (int opgen_at = opgen_tile; opgen_at < opgen_tile + OPGEN_LINES_LANES; opgen_at += OPGEN_BLOCK) {
+                float src_block[OPGEN_BLOCK];
+                opgen_load_block_f32(src_block, src + r * inner + opgen_at, 0);
+                OPGEN_SIMD_FLOAT
+                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    const float src_value = (float)src_block[lane];
+                    const float max_src_term = src_value;
+                    max_src_lanes[opgen_at + lane] = opgen_lines_max_float(max_src_lanes[opgen_at + lane], (float)max_src_term);
+                }
+            }
+        }
+    }
+    for (int lane = 0; lane < lanes; ++lane) {
+        values[lane * 3 + 0] = (double)max_src_lanes[lane];
+    }
+}
+
 /* pass 2 over a contiguous line: sum_exp */
 static void log_soft_max_f32_reduce_2(const opgen_lines_call *call, int64_t line, double *values)
 {
@@ -165,6 +198,7 @@ static void log_soft_max_f32_reduce_2(const opgen_lines_call *call, int64_t line
     values[1] = (double)(sum_exp_lanes[0] + 0.0);
 }
 
+
 /* pass 2 over `lanes` neighbouring lines, one per lane */
 static void log_soft_max_f32_reduce_2_columns(const opgen_lines_call *call, int64_t outer_index, int64_t position,
                                         int lanes, double *values)
@@ -173,7 +207,7 @@ static void log_soft_max_f32_reduce_2_columns(const opgen_lines_call *call, int6
     const float *src = (const float *)call->tensors[0] + outer_index * length * inner + position;
     const float count = (float)call->count;
     (void)count;
-    float max_src_line_lanes[OPGEN_LINES_LANES]; /* every lane set, not cleared first: see Reduction */
+    float max_src_line_lanes[OPGEN_LINES_LANES]; /* every lane read set, not cleared first: see Reduction */
     for (int lane = 0; lane < OPGEN_LINES_LANES; ++lane) {
         max_src_line_lanes[lane] = lane < lanes ? (float)values[lane * 3 + 0] : 0;
     }
@@ -229,6 +263,43 @@ static void log_soft_max_f32_reduce_2_columns(const opgen_lines_call *call, int6
                 }
             }
             memcpy(sum_exp_lanes + opgen_at, sum_exp_block_lanes, sizeof sum_exp_block_lanes);
+        }
+    }
+    for (int lane = 0; lane < lanes; ++lane) {
+        values[lane * 3 + 1] = (double)(sum_exp_lanes[lane] + 0.0);
+    }
+}
+
+/* pass 2 over `lanes` neighbouring lines, one per lane: a wide tile */
+static void log_soft_max_f32_reduce_2_wide(const opgen_lines_call *call, int64_t outer_index, int64_t position,
+                                        int lanes, double *values)
+{
+    const int64_t length = call->length, inner = call->inner;
+    const float *src = (const float *)call->tensors[0] + outer_index * length * inner + position;
+    const float count = (float)call->count;
+    (void)count;
+    float max_src_line_lanes[OPGEN_LINES_WIDE_LANES]; /* every lane read set, not cleared first: see Reduction */
+    for (int lane = 0; lane < lanes; ++lane) {
+        max_src_line_lanes[lane] = lane < lanes ? (float)values[lane * 3 + 0] : 0;
+    }
+    double sum_exp_lanes[OPGEN_LINES_WIDE_LANES];
+    for (int lane = 0; lane < lanes; ++lane) {
+        sum_exp_lanes[lane] = (double)-0.0;
+    }
+    for (int64_t r = 0; r < length; ++r) {
+        for (int opgen_tile = 0; opgen_tile < lanes; opgen_tile += OPGEN_LINES_LANES) {
+            OPGEN_UNROLLED
+            for (int opgen_at = opgen_tile; opgen_at < opgen_tile + OPGEN_LINES_LANES; opgen_at += OPGEN_BLOCK) {
+                float src_block[OPGEN_BLOCK];
+                opgen_load_block_f32(src_block, src + r * inner + opgen_at, 0);
+                OPGEN_SIMD_FLOAT
+                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    const float src_value = (float)src_block[lane];
+                    const float max_src_line = max_src_line_lanes[opgen_at + lane];
+                    const float sum_exp_term = opgen_exp_linef((src_value - max_src_line));
+                    sum_exp_lanes[opgen_at + lane] = sum_exp_lanes[opgen_at + lane] + (double)sum_exp_term;
+                }
+            }
         }
     }
     for (int lane = 0; lane < lanes; ++lane) {
@@ -296,6 +367,7 @@ static void log_soft_max_f32_apply(const opgen_lines_call *call, int64_t line, d
     }
 }
 
+
 /* the elements of `lanes` neighbouring lines, one per lane;
  * `opgen_stream` a constant in each caller (_apply_columns) */
 OPGEN_MICROKERNEL void log_soft_max_f32_apply_columns_of(const opgen_lines_call *call, int64_t outer_index, int64_t position,
@@ -309,11 +381,11 @@ OPGEN_MICROKERNEL void log_soft_max_f32_apply_columns_of(const opgen_lines_call 
     float *dst = (float *)call->tensors[1] + start;
     const float count = (float)call->count;
     (void)count;
-    float max_src_line_lanes[OPGEN_LINES_LANES]; /* every lane set, not cleared first: see Reduction */
+    float max_src_line_lanes[OPGEN_LINES_LANES]; /* every lane read set, not cleared first: see Reduction */
     for (int lane = 0; lane < OPGEN_LINES_LANES; ++lane) {
         max_src_line_lanes[lane] = lane < lanes ? (float)values[lane * 3 + 0] : 0;
     }
-    float log_sum_line_lanes[OPGEN_LINES_LANES]; /* every lane set, not cleared first: see Reduction */
+    float log_sum_line_lanes[OPGEN_LINES_LANES]; /* every lane read set, not cleared first: see Reduction */
     for (int lane = 0; lane < OPGEN_LINES_LANES; ++lane) {
         log_sum_line_lanes[lane] = lane < lanes ? (float)values[lane * 3 + 2] : 0;
     }
@@ -373,6 +445,48 @@ OPGEN_MICROKERNEL void log_soft_max_f32_apply_columns_of(const opgen_lines_call 
     }
 }
 
+/* the elements of `lanes` neighbouring lines, one per lane: a wide tile;
+ * `opgen_stream` a constant in each caller (_apply_wide) */
+OPGEN_MICROKERNEL void log_soft_max_f32_apply_wide_of(const opgen_lines_call *call, int64_t outer_index, int64_t position,
+                                                     int lanes, double *values, double *opgen_across, int opgen_stream)
+{
+    (void)opgen_across;
+    (void)opgen_stream;
+    const int64_t length = call->length, inner = call->inner;
+    const int64_t start = outer_index * length * inner + position;
+    const float *src = (const float *)call->tensors[0] + start;
+    float *dst = (float *)call->tensors[1] + start;
+    const float count = (float)call->count;
+    (void)count;
+    float max_src_line_lanes[OPGEN_LINES_WIDE_LANES]; /* every lane read set, not cleared first: see Reduction */
+    for (int lane = 0; lane < lanes; ++lane) {
+        max_src_line_lanes[lane] = lane < lanes ? (float)values[lane * 3 + 0] : 0;
+    }
+    float log_sum_line_lanes[OPGEN_LINES_WIDE_LANES]; /* every lane read set, not cleared first: see Reduction */
+    for (int lane = 0; lane < lanes; ++lane) {
+        log_sum_line_lanes[lane] = lane < lanes ? (float)values[lane * 3 + 2] : 0;
+    }
+    for (int64_t r = 0; r < length; ++r) {
+        for (int opgen_tile = 0; opgen_tile < lanes; opgen_tile += OPGEN_LINES_LANES) {
+            OPGEN_UNROLLED
+            for (int opgen_at = opgen_tile; opgen_at < opgen_tile + OPGEN_LINES_LANES; opgen_at += OPGEN_BLOCK) {
+                float src_block[OPGEN_BLOCK];
+                opgen_load_block_f32(src_block, src + r * inner + opgen_at, 0);
+                float dst_block[OPGEN_BLOCK];
+                OPGEN_SIMD_FLOAT
+                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    const float src_value = (float)src_block[lane];
+                    const float max_src_line = max_src_line_lanes[opgen_at + lane];
+                    const float log_sum_line = log_sum_line_lanes[opgen_at + lane];
+                    const float dst_value = ((src_value - max_src_line) - log_sum_line);
+                    dst_block[lane] = (float)dst_value;
+                }
+                opgen_store_block_f32(dst + r * inner + opgen_at, dst_block, opgen_stream);
+            }
+        }
+    }
+}
+
 static void log_soft_max_f32_apply_columns(const opgen_lines_call *call, int64_t outer_index, int64_t position, int lanes,
                                 double *values, double *opgen_across)
 {
@@ -381,6 +495,13 @@ static void log_soft_max_f32_apply_columns(const opgen_lines_call *call, int64_t
     } else {
         log_soft_max_f32_apply_columns_of(call, outer_index, position, lanes, values, opgen_across, 0);
     }
+}
+
+/* wide tiles: for streamed calls alone (opgen_lines.c) */
+static void log_soft_max_f32_apply_wide(const opgen_lines_call *call, int64_t outer_index, int64_t position, int lanes,
+                             double *values, double *opgen_across)
+{
+    log_soft_max_f32_apply_wide_of(call, outer_index, position, lanes, values, opgen_across, 1);
 }
 #if OPGEN_LINES_SHORT
 
@@ -572,8 +693,10 @@ static OPGEN_FLATTEN void log_soft_max_f32_lines(const opgen_lines_call *opgen_c
 void OPGEN_KERNEL(log_soft_max_f32)(const float *OPGEN_RESTRICT src, float *OPGEN_RESTRICT dst, int64_t outer, int64_t length, int64_t inner)
 {
     static const opgen_lines_pass passes[] = {
-        { log_soft_max_f32_reduce_1, log_soft_max_f32_reduce_1_columns, NULL },
-        { log_soft_max_f32_reduce_2, log_soft_max_f32_reduce_2_columns, log_soft_max_f32_after_2 },
+        { log_soft_max_f32_reduce_1, log_soft_max_f32_reduce_1_columns, log_soft_max_f32_reduce_1_wide,
+          NULL },
+        { log_soft_max_f32_reduce_2, log_soft_max_f32_reduce_2_columns, log_soft_max_f32_reduce_2_wide,
+          log_soft_max_f32_after_2 },
     };
     static const opgen_lines_kernel kernel = {
         .value_count = 3,
@@ -581,6 +704,7 @@ void OPGEN_KERNEL(log_soft_max_f32)(const float *OPGEN_RESTRICT src, float *OPGE
         .pass_count = 2,
         .passes = passes,
         .apply_columns = log_soft_max_f32_apply_columns,
+        .apply_wide = log_soft_max_f32_apply_wide,
         .lines = log_soft_max_f32_lines,
         .store = NULL,
         .across_count = 0,
@@ -648,6 +772,7 @@ static void log_soft_max_bf16_reduce_1(const opgen_lines_call *call, int64_t lin
     values[0] = (double)max_src_lanes[0];
 }
 
+
 /* pass 1 over `lanes` neighbouring lines, one per lane */
 static void log_soft_max_bf16_reduce_1_columns(const opgen_lines_call *call, int64_t outer_index, int64_t position,
                                         int lanes, double *values)
@@ -712,6 +837,38 @@ static void log_soft_max_bf16_reduce_1_columns(const opgen_lines_call *call, int
     }
 }
 
+/* pass 1 over `lanes` neighbouring lines, one per lane: a wide tile */
+static void log_soft_max_bf16_reduce_1_wide(const opgen_lines_call *call, int64_t outer_index, int64_t position,
+                                        int lanes, double *values)
+{
+    const int64_t length = call->length, inner = call->inner;
+    const opgen_bf16 *src = (const opgen_bf16 *)call->tensors[0] + outer_index * length * inner + position;
+    const float count = (float)call->count;
+    (void)count;
+    float max_src_lanes[OPGEN_LINES_WIDE_LANES];
+    for (int lane = 0; lane < lanes; ++lane) {
+        max_src_lanes[lane] = (float)-INFINITY;
+    }
+    for (int64_t r = 0; r < length; ++r) {
+        for (int opgen_tile = 0; opgen_tile < lanes; opgen_tile += OPGEN_LINES_LANES) {
+            OPGEN_UNROLLED
+            for (int opgen_at = opgen_tile; opgen_at < opgen_tile + OPGEN_LINES_LANES; opgen_at += OPGEN_BLOCK) {
+                float src_block[OPGEN_BLOCK];
+                opgen_load_block_bf16(src_block, src + r * inner + opgen_at, 0);
+                OPGEN_SIMD_FLOAT
+                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    const float src_value = (float)src_block[lane];
+                    const float max_src_term = src_value;
+                    max_src_lanes[opgen_at + lane] = opgen_lines_max_float(max_src_lanes[opgen_at + lane], (float)max_src_term);
+                }
+            }
+        }
+    }
+    for (int lane = 0; lane < lanes; ++lane) {
+        values[lane * 3 + 0] = (double)max_src_lanes[lane];
+    }
+}
+
 /* pass 2 over a contiguous line: sum_exp */
 static void log_soft_max_bf16_reduce_2(const opgen_lines_call *call, int64_t line, double *values)
 {
@@ -758,6 +915,7 @@ static void log_soft_max_bf16_reduce_2(const opgen_lines_call *call, int64_t lin
     values[1] = (double)(sum_exp_lanes[0] + 0.0);
 }
 
+
 /* pass 2 over `lanes` neighbouring lines, one per lane */
 static void log_soft_max_bf16_reduce_2_columns(const opgen_lines_call *call, int64_t outer_index, int64_t position,
                                         int lanes, double *values)
@@ -766,7 +924,7 @@ static void log_soft_max_bf16_reduce_2_columns(const opgen_lines_call *call, int
     const opgen_bf16 *src = (const opgen_bf16 *)call->tensors[0] + outer_index * length * inner + position;
     const float count = (float)call->count;
     (void)count;
-    float max_src_line_lanes[OPGEN_LINES_LANES]; /* every lane set, not cleared first: see Reduction */
+    float max_src_line_lanes[OPGEN_LINES_LANES]; /* every lane read set, not cleared first: see Reduction */
     for (int lane = 0; lane < OPGEN_LINES_LANES; ++lane) {
         max_src_line_lanes[lane] = lane < lanes ? (float)values[lane * 3 + 0] : 0;
     }
@@ -822,6 +980,43 @@ static void log_soft_max_bf16_reduce_2_columns(const opgen_lines_call *call, int
                 }
             }
             memcpy(sum_exp_lanes + opgen_at, sum_exp_block_lanes, sizeof sum_exp_block_lanes);
+        }
+    }
+    for (int lane = 0; lane < lanes; ++lane) {
+        values[lane * 3 + 1] = (double)(sum_exp_lanes[lane] + 0.0);
+    }
+}
+
+/* pass 2 over `lanes` neighbouring lines, one per lane: a wide tile */
+static void log_soft_max_bf16_reduce_2_wide(const opgen_lines_call *call, int64_t outer_index, int64_t position,
+                                        int lanes, double *values)
+{
+    const int64_t length = call->length, inner = call->inner;
+    const opgen_bf16 *src = (const opgen_bf16 *)call->tensors[0] + outer_index * length * inner + position;
+    const float count = (float)call->count;
+    (void)count;
+    float max_src_line_lanes[OPGEN_LINES_WIDE_LANES]; /* every lane read set, not cleared first: see Reduction */
+    for (int lane = 0; lane < lanes; ++lane) {
+        max_src_line_lanes[lane] = lane < lanes ? (float)values[lane * 3 + 0] : 0;
+    }
+    double sum_exp_lanes[OPGEN_LINES_WIDE_LANES];
+    for (int lane = 0; lane < lanes; ++lane) {
+        sum_exp_lanes[lane] = (double)-0.0;
+    }
+    for (int64_t r = 0; r < length; ++r) {
+        for (int opgen_tile = 0; opgen_tile < lanes; opgen_tile += OPGEN_LINES_LANES) {
+            OPGEN_UNROLLED
+            for (int opgen_at = opgen_tile; opgen_at < opgen_tile + OPGEN_LINES_LANES; opgen_at += OPGEN_BLOCK) {
+                float src_block[OPGEN_BLOCK];
+                opgen_load_block_bf16(src_block, src + r * inner + opgen_at, 0);
+                OPGEN_SIMD_FLOAT
+                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    const float src_value = (float)src_block[lane];
+                    const float max_src_line = max_src_line_lanes[opgen_at + lane];
+                    const float sum_exp_term = opgen_exp_linef((src_value - max_src_line));
+                    sum_exp_lanes[opgen_at + lane] = sum_exp_lanes[opgen_at + lane] + (double)sum_exp_term;
+                }
+            }
         }
     }
     for (int lane = 0; lane < lanes; ++lane) {
@@ -889,6 +1084,7 @@ static void log_soft_max_bf16_apply(const opgen_lines_call *call, int64_t line, 
     }
 }
 
+
 /* the elements of `lanes` neighbouring lines, one per lane;
  * `opgen_stream` a constant in each caller (_apply_columns) */
 OPGEN_MICROKERNEL void log_soft_max_bf16_apply_columns_of(const opgen_lines_call *call, int64_t outer_index, int64_t position,
@@ -902,11 +1098,11 @@ OPGEN_MICROKERNEL void log_soft_max_bf16_apply_columns_of(const opgen_lines_call
     opgen_bf16 *dst = (opgen_bf16 *)call->tensors[1] + start;
     const float count = (float)call->count;
     (void)count;
-    float max_src_line_lanes[OPGEN_LINES_LANES]; /* every lane set, not cleared first: see Reduction */
+    float max_src_line_lanes[OPGEN_LINES_LANES]; /* every lane read set, not cleared first: see Reduction */
     for (int lane = 0; lane < OPGEN_LINES_LANES; ++lane) {
         max_src_line_lanes[lane] = lane < lanes ? (float)values[lane * 3 + 0] : 0;
     }
-    float log_sum_line_lanes[OPGEN_LINES_LANES]; /* every lane set, not cleared first: see Reduction */
+    float log_sum_line_lanes[OPGEN_LINES_LANES]; /* every lane read set, not cleared first: see Reduction */
     for (int lane = 0; lane < OPGEN_LINES_LANES; ++lane) {
         log_sum_line_lanes[lane] = lane < lanes ? (float)values[lane * 3 + 2] : 0;
     }
@@ -966,6 +1162,48 @@ OPGEN_MICROKERNEL void log_soft_max_bf16_apply_columns_of(const opgen_lines_call
     }
 }
 
+/* the elements of `lanes` neighbouring lines, one per lane: a wide tile;
+ * `opgen_stream` a constant in each caller (_apply_wide) */
+OPGEN_MICROKERNEL void log_soft_max_bf16_apply_wide_of(const opgen_lines_call *call, int64_t outer_index, int64_t position,
+                                                      int lanes, double *values, double *opgen_across, int opgen_stream)
+{
+    (void)opgen_across;
+    (void)opgen_stream;
+    const int64_t length = call->length, inner = call->inner;
+    const int64_t start = outer_index * length * inner + position;
+    const opgen_bf16 *src = (const opgen_bf16 *)call->tensors[0] + start;
+    opgen_bf16 *dst = (opgen_bf16 *)call->tensors[1] + start;
+    const float count = (float)call->count;
+    (void)count;
+    float max_src_line_lanes[OPGEN_LINES_WIDE_LANES]; /* every lane read set, not cleared first: see Reduction */
+    for (int lane = 0; lane < lanes; ++lane) {
+        max_src_line_lanes[lane] = lane < lanes ? (float)values[lane * 3 + 0] : 0;
+    }
+    float log_sum_line_lanes[OPGEN_LINES_WIDE_LANES]; /* every lane read set, not cleared first: see Reduction */
+    for (int lane = 0; lane < lanes; ++lane) {
+        log_sum_line_lanes[lane] = lane < lanes ? (float)values[lane * 3 + 2] : 0;
+    }
+    for (int64_t r = 0; r < length; ++r) {
+        for (int opgen_tile = 0; opgen_tile < lanes; opgen_tile += OPGEN_LINES_LANES) {
+            OPGEN_UNROLLED
+            for (int opgen_at = opgen_tile; opgen_at < opgen_tile + OPGEN_LINES_LANES; opgen_at += OPGEN_BLOCK) {
+                float src_block[OPGEN_BLOCK];
+                opgen_load_block_bf16(src_block, src + r * inner + opgen_at, 0);
+                float dst_block[OPGEN_BLOCK];
+                OPGEN_SIMD_FLOAT
+                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    const float src_value = (float)src_block[lane];
+                    const float max_src_line = max_src_line_lanes[opgen_at + lane];
+                    const float log_sum_line = log_sum_line_lanes[opgen_at + lane];
+                    const float dst_value = ((src_value - max_src_line) - log_sum_line);
+                    dst_block[lane] = (float)dst_value;
+                }
+                opgen_store_block_bf16(dst + r * inner + opgen_at, dst_block, opgen_stream);
+            }
+        }
+    }
+}
+
 static void log_soft_max_bf16_apply_columns(const opgen_lines_call *call, int64_t outer_index, int64_t position, int lanes,
                                 double *values, double *opgen_across)
 {
@@ -974,6 +1212,13 @@ static void log_soft_max_bf16_apply_columns(const opgen_lines_call *call, int64_
     } else {
         log_soft_max_bf16_apply_columns_of(call, outer_index, position, lanes, values, opgen_across, 0);
     }
+}
+
+/* wide tiles: for streamed calls alone (opgen_lines.c) */
+static void log_soft_max_bf16_apply_wide(const opgen_lines_call *call, int64_t outer_index, int64_t position, int lanes,
+                             double *values, double *opgen_across)
+{
+    log_soft_max_bf16_apply_wide_of(call, outer_index, position, lanes, values, opgen_across, 1);
 }
 #if OPGEN_LINES_SHORT
 
@@ -1165,8 +1410,10 @@ static OPGEN_FLATTEN void log_soft_max_bf16_lines(const opgen_lines_call *opgen_
 void OPGEN_KERNEL(log_soft_max_bf16)(const opgen_bf16 *OPGEN_RESTRICT src, opgen_bf16 *OPGEN_RESTRICT dst, int64_t outer, int64_t length, int64_t inner)
 {
     static const opgen_lines_pass passes[] = {
-        { log_soft_max_bf16_reduce_1, log_soft_max_bf16_reduce_1_columns, NULL },
-        { log_soft_max_bf16_reduce_2, log_soft_max_bf16_reduce_2_columns, log_soft_max_bf16_after_2 },
+        { log_soft_max_bf16_reduce_1, log_soft_max_bf16_reduce_1_columns, log_soft_max_bf16_reduce_1_wide,
+          NULL },
+        { log_soft_max_bf16_reduce_2, log_soft_max_bf16_reduce_2_columns, log_soft_max_bf16_reduce_2_wide,
+          log_soft_max_bf16_after_2 },
     };
     static const opgen_lines_kernel kernel = {
         .value_count = 3,
@@ -1174,6 +1421,7 @@ void OPGEN_KERNEL(log_soft_max_bf16)(const opgen_bf16 *OPGEN_RESTRICT src, opgen
         .pass_count = 2,
         .passes = passes,
         .apply_columns = log_soft_max_bf16_apply_columns,
+        .apply_wide = log_soft_max_bf16_apply_wide,
         .lines = log_soft_max_bf16_lines,
         .store = NULL,
         .across_count = 0,
@@ -1241,6 +1489,7 @@ static void log_soft_max_f16_reduce_1(const opgen_lines_call *call, int64_t line
     values[0] = (double)max_src_lanes[0];
 }
 
+
 /* pass 1 over `lanes` neighbouring lines, one per lane */
 static void log_soft_max_f16_reduce_1_columns(const opgen_lines_call *call, int64_t outer_index, int64_t position,
                                         int lanes, double *values)
@@ -1305,6 +1554,38 @@ static void log_soft_max_f16_reduce_1_columns(const opgen_lines_call *call, int6
     }
 }
 
+/* pass 1 over `lanes` neighbouring lines, one per lane: a wide tile */
+static void log_soft_max_f16_reduce_1_wide(const opgen_lines_call *call, int64_t outer_index, int64_t position,
+                                        int lanes, double *values)
+{
+    const int64_t length = call->length, inner = call->inner;
+    const opgen_f16 *src = (const opgen_f16 *)call->tensors[0] + outer_index * length * inner + position;
+    const float count = (float)call->count;
+    (void)count;
+    float max_src_lanes[OPGEN_LINES_WIDE_LANES];
+    for (int lane = 0; lane < lanes; ++lane) {
+        max_src_lanes[lane] = (float)-INFINITY;
+    }
+    for (int64_t r = 0; r < length; ++r) {
+        for (int opgen_tile = 0; opgen_tile < lanes; opgen_tile += OPGEN_LINES_LANES) {
+            OPGEN_UNROLLED
+            for (int opgen_at = opgen_tile; opgen_at < opgen_tile + OPGEN_LINES_LANES; opgen_at += OPGEN_BLOCK) {
+                float src_block[OPGEN_BLOCK];
+                opgen_load_block_f16(src_block, src + r * inner + opgen_at, 0);
+                OPGEN_SIMD_FLOAT
+                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    const float src_value = (float)src_block[lane];
+                    const float max_src_term = src_value;
+                    max_src_lanes[opgen_at + lane] = opgen_lines_max_float(max_src_lanes[opgen_at + lane], (float)max_src_term);
+                }
+            }
+        }
+    }
+    for (int lane = 0; lane < lanes; ++lane) {
+        values[lane * 3 + 0] = (double)max_src_lanes[lane];
+    }
+}
+
 /* pass 2 over a contiguous line: sum_exp */
 static void log_soft_max_f16_reduce_2(const opgen_lines_call *call, int64_t line, double *values)
 {
@@ -1351,6 +1632,7 @@ static void log_soft_max_f16_reduce_2(const opgen_lines_call *call, int64_t line
     values[1] = (double)(sum_exp_lanes[0] + 0.0);
 }
 
+
 /* pass 2 over `lanes` neighbouring lines, one per lane */
 static void log_soft_max_f16_reduce_2_columns(const opgen_lines_call *call, int64_t outer_index, int64_t position,
                                         int lanes, double *values)
@@ -1359,7 +1641,7 @@ static void log_soft_max_f16_reduce_2_columns(const opgen_lines_call *call, int6
     const opgen_f16 *src = (const opgen_f16 *)call->tensors[0] + outer_index * length * inner + position;
     const float count = (float)call->count;
     (void)count;
-    float max_src_line_lanes[OPGEN_LINES_LANES]; /* every lane set, not cleared first: see Reduction */
+    float max_src_line_lanes[OPGEN_LINES_LANES]; /* every lane read set, not cleared first: see Reduction */
     for (int lane = 0; lane < OPGEN_LINES_LANES; ++lane) {
         max_src_line_lanes[lane] = lane < lanes ? (float)values[lane * 3 + 0] : 0;
     }
@@ -1415,6 +1697,43 @@ static void log_soft_max_f16_reduce_2_columns(const opgen_lines_call *call, int6
                 }
             }
             memcpy(sum_exp_lanes + opgen_at, sum_exp_block_lanes, sizeof sum_exp_block_lanes);
+        }
+    }
+    for (int lane = 0; lane < lanes; ++lane) {
+        values[lane * 3 + 1] = (double)(sum_exp_lanes[lane] + 0.0);
+    }
+}
+
+/* pass 2 over `lanes` neighbouring lines, one per lane: a wide tile */
+static void log_soft_max_f16_reduce_2_wide(const opgen_lines_call *call, int64_t outer_index, int64_t position,
+                                        int lanes, double *values)
+{
+    const int64_t length = call->length, inner = call->inner;
+    const opgen_f16 *src = (const opgen_f16 *)call->tensors[0] + outer_index * length * inner + position;
+    const float count = (float)call->count;
+    (void)count;
+    float max_src_line_lanes[OPGEN_LINES_WIDE_LANES]; /* every lane read set, not cleared first: see Reduction */
+    for (int lane = 0; lane < lanes; ++lane) {
+        max_src_line_lanes[lane] = lane < lanes ? (float)values[lane * 3 + 0] : 0;
+    }
+    double sum_exp_lanes[OPGEN_LINES_WIDE_LANES];
+    for (int lane = 0; lane < lanes; ++lane) {
+        sum_exp_lanes[lane] = (double)-0.0;
+    }
+    for (int64_t r = 0; r < length; ++r) {
+        for (int opgen_tile = 0; opgen_tile < lanes; opgen_tile += OPGEN_LINES_LANES) {
+            OPGEN_UNROLLED
+            for (int opgen_at = opgen_tile; opgen_at < opgen_tile + OPGEN_LINES_LANES; opgen_at += OPGEN_BLOCK) {
+                float src_block[OPGEN_BLOCK];
+                opgen_load_block_f16(src_block, src + r * inner + opgen_at, 0);
+                OPGEN_SIMD_FLOAT
+                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    const float src_value = (float)src_block[lane];
+                    const float max_src_line = max_src_line_lanes[opgen_at + lane];
+                    const float sum_exp_term = opgen_exp_linef((src_value - max_src_line));
+                    sum_exp_lanes[opgen_at + lane] = sum_exp_lanes[opgen_at + lane] + (double)sum_exp_term;
+                }
+            }
         }
     }
     for (int lane = 0; lane < lanes; ++lane) {
@@ -1482,6 +1801,7 @@ static void log_soft_max_f16_apply(const opgen_lines_call *call, int64_t line, d
     }
 }
 
+
 /* the elements of `lanes` neighbouring lines, one per lane;
  * `opgen_stream` a constant in each caller (_apply_columns) */
 OPGEN_MICROKERNEL void log_soft_max_f16_apply_columns_of(const opgen_lines_call *call, int64_t outer_index, int64_t position,
@@ -1495,11 +1815,11 @@ OPGEN_MICROKERNEL void log_soft_max_f16_apply_columns_of(const opgen_lines_call 
     opgen_f16 *dst = (opgen_f16 *)call->tensors[1] + start;
     const float count = (float)call->count;
     (void)count;
-    float max_src_line_lanes[OPGEN_LINES_LANES]; /* every lane set, not cleared first: see Reduction */
+    float max_src_line_lanes[OPGEN_LINES_LANES]; /* every lane read set, not cleared first: see Reduction */
     for (int lane = 0; lane < OPGEN_LINES_LANES; ++lane) {
         max_src_line_lanes[lane] = lane < lanes ? (float)values[lane * 3 + 0] : 0;
     }
-    float log_sum_line_lanes[OPGEN_LINES_LANES]; /* every lane set, not cleared first: see Reduction */
+    float log_sum_line_lanes[OPGEN_LINES_LANES]; /* every lane read set, not cleared first: see Reduction */
     for (int lane = 0; lane < OPGEN_LINES_LANES; ++lane) {
         log_sum_line_lanes[lane] = lane < lanes ? (float)values[lane * 3 + 2] : 0;
     }
@@ -1559,6 +1879,48 @@ OPGEN_MICROKERNEL void log_soft_max_f16_apply_columns_of(const opgen_lines_call 
     }
 }
 
+/* the elements of `lanes` neighbouring lines, one per lane: a wide tile;
+ * `opgen_stream` a constant in each caller (_apply_wide) */
+OPGEN_MICROKERNEL void log_soft_max_f16_apply_wide_of(const opgen_lines_call *call, int64_t outer_index, int64_t position,
+                                                     int lanes, double *values, double *opgen_across, int opgen_stream)
+{
+    (void)opgen_across;
+    (void)opgen_stream;
+    const int64_t length = call->length, inner = call->inner;
+    const int64_t start = outer_index * length * inner + position;
+    const opgen_f16 *src = (const opgen_f16 *)call->tensors[0] + start;
+    opgen_f16 *dst = (opgen_f16 *)call->tensors[1] + start;
+    const float count = (float)call->count;
+    (void)count;
+    float max_src_line_lanes[OPGEN_LINES_WIDE_LANES]; /* every lane read set, not cleared first: see Reduction */
+    for (int lane = 0; lane < lanes; ++lane) {
+        max_src_line_lanes[lane] = lane < lanes ? (float)values[lane * 3 + 0] : 0;
+    }
+    float log_sum_line_lanes[OPGEN_LINES_WIDE_LANES]; /* every lane read set, not cleared first: see Reduction */
+    for (int lane = 0; lane < lanes; ++lane) {
+        log_sum_line_lanes[lane] = lane < lanes ? (float)values[lane * 3 + 2] : 0;
+    }
+    for (int64_t r = 0; r < length; ++r) {
+        for (int opgen_tile = 0; opgen_tile < lanes; opgen_tile += OPGEN_LINES_LANES) {
+            OPGEN_UNROLLED
+            for (int opgen_at = opgen_tile; opgen_at < opgen_tile + OPGEN_LINES_LANES; opgen_at += OPGEN_BLOCK) {
+                float src_block[OPGEN_BLOCK];
+                opgen_load_block_f16(src_block, src + r * inner + opgen_at, 0);
+                float dst_block[OPGEN_BLOCK];
+                OPGEN_SIMD_FLOAT
+                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    const float src_value = (float)src_block[lane];
+                    const float max_src_line = max_src_line_lanes[opgen_at + lane];
+                    const float log_sum_line = log_sum_line_lanes[opgen_at + lane];
+                    const float dst_value = ((src_value - max_src_line) - log_sum_line);
+                    dst_block[lane] = (float)dst_value;
+                }
+                opgen_store_block_f16(dst + r * inner + opgen_at, dst_block, opgen_stream);
+            }
+        }
+    }
+}
+
 static void log_soft_max_f16_apply_columns(const opgen_lines_call *call, int64_t outer_index, int64_t position, int lanes,
                                 double *values, double *opgen_across)
 {
@@ -1567,6 +1929,13 @@ static void log_soft_max_f16_apply_columns(const opgen_lines_call *call, int64_t
     } else {
         log_soft_max_f16_apply_columns_of(call, outer_index, position, lanes, values, opgen_across, 0);
     }
+}
+
+/* wide tiles: for streamed calls alone (opgen_lines.c) */
+static void log_soft_max_f16_apply_wide(const opgen_lines_call *call, int64_t outer_index, int64_t position, int lanes,
+                             double *values, double *opgen_across)
+{
+    log_soft_max_f16_apply_wide_of(call, outer_index, position, lanes, values, opgen_across, 1);
 }
 #if OPGEN_LINES_SHORT
 
@@ -1758,8 +2127,10 @@ static OPGEN_FLATTEN void log_soft_max_f16_lines(const opgen_lines_call *opgen_c
 void OPGEN_KERNEL(log_soft_max_f16)(const opgen_f16 *OPGEN_RESTRICT src, opgen_f16 *OPGEN_RESTRICT dst, int64_t outer, int64_t length, int64_t inner)
 {
     static const opgen_lines_pass passes[] = {
-        { log_soft_max_f16_reduce_1, log_soft_max_f16_reduce_1_columns, NULL },
-        { log_soft_max_f16_reduce_2, log_soft_max_f16_reduce_2_columns, log_soft_max_f16_after_2 },
+        { log_soft_max_f16_reduce_1, log_soft_max_f16_reduce_1_columns, log_soft_max_f16_reduce_1_wide,
+          NULL },
+        { log_soft_max_f16_reduce_2, log_soft_max_f16_reduce_2_columns, log_soft_max_f16_reduce_2_wide,
+          log_soft_max_f16_after_2 },
     };
     static const opgen_lines_kernel kernel = {
         .value_count = 3,
@@ -1767,6 +2138,7 @@ void OPGEN_KERNEL(log_soft_max_f16)(const opgen_f16 *OPGEN_RESTRICT src, opgen_f
         .pass_count = 2,
         .passes = passes,
         .apply_columns = log_soft_max_f16_apply_columns,
+        .apply_wide = log_soft_max_f16_apply_wide,
         .lines = log_soft_max_f16_lines,
         .store = NULL,
         .across_count = 0,

@@ -64,6 +64,7 @@ static void log_soft_max_backward_f32_reduce_1(const opgen_lines_call *call, int
     values[0] = (double)(sum_diff_dst_lanes[0] + 0.0);
 }
 
+
 /* pass 1 over `lanes` neighbouring lines, one per lane */
 static void log_soft_max_backward_f32_reduce_1_columns(const opgen_lines_call *call, int64_t outer_index, int64_t position,
                                         int lanes, double *values)
@@ -121,6 +122,38 @@ static void log_soft_max_backward_f32_reduce_1_columns(const opgen_lines_call *c
                 }
             }
             memcpy(sum_diff_dst_lanes + opgen_at, sum_diff_dst_block_lanes, sizeof sum_diff_dst_block_lanes);
+        }
+    }
+    for (int lane = 0; lane < lanes; ++lane) {
+        values[lane * 1 + 0] = (double)(sum_diff_dst_lanes[lane] + 0.0);
+    }
+}
+
+/* pass 1 over `lanes` neighbouring lines, one per lane: a wide tile */
+static void log_soft_max_backward_f32_reduce_1_wide(const opgen_lines_call *call, int64_t outer_index, int64_t position,
+                                        int lanes, double *values)
+{
+    const int64_t length = call->length, inner = call->inner;
+    const float *diff_dst = (const float *)call->tensors[0] + outer_index * length * inner + position;
+    const double count = (double)call->count;
+    (void)count;
+    double sum_diff_dst_lanes[OPGEN_LINES_WIDE_LANES];
+    for (int lane = 0; lane < lanes; ++lane) {
+        sum_diff_dst_lanes[lane] = (double)-0.0;
+    }
+    for (int64_t r = 0; r < length; ++r) {
+        for (int opgen_tile = 0; opgen_tile < lanes; opgen_tile += OPGEN_LINES_LANES) {
+            OPGEN_UNROLLED
+            for (int opgen_at = opgen_tile; opgen_at < opgen_tile + OPGEN_LINES_LANES; opgen_at += OPGEN_BLOCK) {
+                float diff_dst_block[OPGEN_BLOCK];
+                opgen_load_block_f32(diff_dst_block, diff_dst + r * inner + opgen_at, 0);
+                OPGEN_SIMD_FLOAT
+                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    const double diff_dst_value = (double)diff_dst_block[lane];
+                    const double sum_diff_dst_term = diff_dst_value;
+                    sum_diff_dst_lanes[opgen_at + lane] = sum_diff_dst_lanes[opgen_at + lane] + (double)sum_diff_dst_term;
+                }
+            }
         }
     }
     for (int lane = 0; lane < lanes; ++lane) {
@@ -247,6 +280,7 @@ static void log_soft_max_backward_f32_apply(const opgen_lines_call *call, int64_
     }
 }
 
+
 /* the elements of `lanes` neighbouring lines, one per lane;
  * `opgen_stream` a constant in each caller (_apply_columns) */
 OPGEN_MICROKERNEL void log_soft_max_backward_f32_apply_columns_of(const opgen_lines_call *call, int64_t outer_index, int64_t position,
@@ -261,7 +295,7 @@ OPGEN_MICROKERNEL void log_soft_max_backward_f32_apply_columns_of(const opgen_li
     float *diff_src = (float *)call->tensors[2] + start;
     const double count = (double)call->count;
     (void)count;
-    double sum_diff_dst_line_lanes[OPGEN_LINES_LANES]; /* every lane set, not cleared first: see Reduction */
+    double sum_diff_dst_line_lanes[OPGEN_LINES_LANES]; /* every lane read set, not cleared first: see Reduction */
     for (int lane = 0; lane < OPGEN_LINES_LANES; ++lane) {
         sum_diff_dst_line_lanes[lane] = lane < lanes ? (double)values[lane * 1 + 0] : 0;
     }
@@ -430,6 +464,84 @@ OPGEN_MICROKERNEL void log_soft_max_backward_f32_apply_columns_of(const opgen_li
     }
 }
 
+/* the elements of `lanes` neighbouring lines, one per lane: a wide tile;
+ * `opgen_stream` a constant in each caller (_apply_wide) */
+OPGEN_MICROKERNEL void log_soft_max_backward_f32_apply_wide_of(const opgen_lines_call *call, int64_t outer_index, int64_t position,
+                                                              int lanes, double *values, double *opgen_across, int opgen_stream)
+{
+    (void)opgen_across;
+    (void)opgen_stream;
+    const int64_t length = call->length, inner = call->inner;
+    const int64_t start = outer_index * length * inner + position;
+    const float *diff_dst = (const float *)call->tensors[0] + start;
+    const float *dst = (const float *)call->tensors[1] + start;
+    float *diff_src = (float *)call->tensors[2] + start;
+    const double count = (double)call->count;
+    (void)count;
+    double sum_diff_dst_line_lanes[OPGEN_LINES_WIDE_LANES]; /* every lane read set, not cleared first: see Reduction */
+    for (int lane = 0; lane < lanes; ++lane) {
+        sum_diff_dst_line_lanes[lane] = lane < lanes ? (double)values[lane * 1 + 0] : 0;
+    }
+    float sum_diff_dst_line_float_lanes[OPGEN_LINES_WIDE_LANES];
+    for (int lane = 0; lane < lanes; ++lane) {
+        sum_diff_dst_line_float_lanes[lane] = (float)sum_diff_dst_line_lanes[lane];
+    }
+    for (int64_t r = 0; r < length; ++r) {
+        for (int opgen_tile = 0; opgen_tile < lanes; opgen_tile += OPGEN_LINES_LANES) {
+            OPGEN_UNROLLED
+            for (int opgen_at = opgen_tile; opgen_at < opgen_tile + OPGEN_LINES_LANES; opgen_at += OPGEN_BLOCK) {
+                float diff_dst_block[OPGEN_BLOCK];
+                opgen_load_block_f32(diff_dst_block, diff_dst + r * inner + opgen_at, 0);
+                float dst_block[OPGEN_BLOCK];
+                opgen_load_block_f32(dst_block, dst + r * inner + opgen_at, 0);
+                float diff_src_block[OPGEN_BLOCK];
+                if (opgen_all_nonpositive(dst_block)) {
+                    OPGEN_SIMD_FLOAT
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        const float diff_dst_value = (float)diff_dst_block[lane];
+                        const float dst_value = (float)dst_block[lane];
+                        const float sum_diff_dst_line_float = sum_diff_dst_line_float_lanes[opgen_at + lane];
+                        const float diff_src_value = (diff_dst_value - (opgen_exp_nonpositivef(dst_value) * sum_diff_dst_line_float));
+                        diff_src_block[lane] = (float)diff_src_value;
+                    }
+                } else {
+                    OPGEN_SIMD_FLOAT
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        const float diff_dst_value = (float)diff_dst_block[lane];
+                        const float dst_value = (float)dst_block[lane];
+                        const float sum_diff_dst_line_float = sum_diff_dst_line_float_lanes[opgen_at + lane];
+                        const float diff_src_value = (diff_dst_value - (opgen_expf(dst_value) * sum_diff_dst_line_float));
+                        diff_src_block[lane] = (float)diff_src_value;
+                    }
+                }
+                /* an intermediate left float's range (or an input is not finite): in double */
+                if (!(opgen_all_finite(diff_src_block, OPGEN_BLOCK))) {
+                    if (opgen_all_nonpositive(dst_block)) {
+                        OPGEN_SIMD_FLOAT
+                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                            const double diff_dst_value = (double)diff_dst_block[lane];
+                            const double dst_value = (double)dst_block[lane];
+                            const double sum_diff_dst_line = sum_diff_dst_line_lanes[opgen_at + lane];
+                            const double diff_src_value = (diff_dst_value - (opgen_exp_nonpositive(dst_value) * sum_diff_dst_line));
+                            diff_src_block[lane] = (float)diff_src_value;
+                        }
+                    } else {
+                        OPGEN_SIMD_FLOAT
+                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                            const double diff_dst_value = (double)diff_dst_block[lane];
+                            const double dst_value = (double)dst_block[lane];
+                            const double sum_diff_dst_line = sum_diff_dst_line_lanes[opgen_at + lane];
+                            const double diff_src_value = (diff_dst_value - (opgen_exp(dst_value) * sum_diff_dst_line));
+                            diff_src_block[lane] = (float)diff_src_value;
+                        }
+                    }
+                }
+                opgen_store_block_f32(diff_src + r * inner + opgen_at, diff_src_block, opgen_stream);
+            }
+        }
+    }
+}
+
 static void log_soft_max_backward_f32_apply_columns(const opgen_lines_call *call, int64_t outer_index, int64_t position, int lanes,
                                 double *values, double *opgen_across)
 {
@@ -438,6 +550,13 @@ static void log_soft_max_backward_f32_apply_columns(const opgen_lines_call *call
     } else {
         log_soft_max_backward_f32_apply_columns_of(call, outer_index, position, lanes, values, opgen_across, 0);
     }
+}
+
+/* wide tiles: for streamed calls alone (opgen_lines.c) */
+static void log_soft_max_backward_f32_apply_wide(const opgen_lines_call *call, int64_t outer_index, int64_t position, int lanes,
+                             double *values, double *opgen_across)
+{
+    log_soft_max_backward_f32_apply_wide_of(call, outer_index, position, lanes, values, opgen_across, 1);
 }
 #if OPGEN_LINES_SHORT
 
@@ -627,7 +746,8 @@ static OPGEN_FLATTEN void log_soft_max_backward_f32_lines(const opgen_lines_call
 void OPGEN_KERNEL(log_soft_max_backward_f32)(const float *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT dst, float *OPGEN_RESTRICT diff_src, int64_t outer, int64_t length, int64_t inner)
 {
     static const opgen_lines_pass passes[] = {
-        { log_soft_max_backward_f32_reduce_1, log_soft_max_backward_f32_reduce_1_columns, NULL },
+        { log_soft_max_backward_f32_reduce_1, log_soft_max_backward_f32_reduce_1_columns, log_soft_max_backward_f32_reduce_1_wide,
+          NULL },
     };
     static const opgen_lines_kernel kernel = {
         .value_count = 1,
@@ -635,6 +755,7 @@ void OPGEN_KERNEL(log_soft_max_backward_f32)(const float *OPGEN_RESTRICT diff_ds
         .pass_count = 1,
         .passes = passes,
         .apply_columns = log_soft_max_backward_f32_apply_columns,
+        .apply_wide = log_soft_max_backward_f32_apply_wide,
         .lines = log_soft_max_backward_f32_lines,
         .store = NULL,
         .across_count = 0,
@@ -702,6 +823,7 @@ static void log_soft_max_backward_bf16_reduce_1(const opgen_lines_call *call, in
     values[0] = (double)(sum_diff_dst_lanes[0] + 0.0);
 }
 
+
 /* pass 1 over `lanes` neighbouring lines, one per lane */
 static void log_soft_max_backward_bf16_reduce_1_columns(const opgen_lines_call *call, int64_t outer_index, int64_t position,
                                         int lanes, double *values)
@@ -759,6 +881,38 @@ static void log_soft_max_backward_bf16_reduce_1_columns(const opgen_lines_call *
                 }
             }
             memcpy(sum_diff_dst_lanes + opgen_at, sum_diff_dst_block_lanes, sizeof sum_diff_dst_block_lanes);
+        }
+    }
+    for (int lane = 0; lane < lanes; ++lane) {
+        values[lane * 1 + 0] = (double)(sum_diff_dst_lanes[lane] + 0.0);
+    }
+}
+
+/* pass 1 over `lanes` neighbouring lines, one per lane: a wide tile */
+static void log_soft_max_backward_bf16_reduce_1_wide(const opgen_lines_call *call, int64_t outer_index, int64_t position,
+                                        int lanes, double *values)
+{
+    const int64_t length = call->length, inner = call->inner;
+    const opgen_bf16 *diff_dst = (const opgen_bf16 *)call->tensors[0] + outer_index * length * inner + position;
+    const double count = (double)call->count;
+    (void)count;
+    double sum_diff_dst_lanes[OPGEN_LINES_WIDE_LANES];
+    for (int lane = 0; lane < lanes; ++lane) {
+        sum_diff_dst_lanes[lane] = (double)-0.0;
+    }
+    for (int64_t r = 0; r < length; ++r) {
+        for (int opgen_tile = 0; opgen_tile < lanes; opgen_tile += OPGEN_LINES_LANES) {
+            OPGEN_UNROLLED
+            for (int opgen_at = opgen_tile; opgen_at < opgen_tile + OPGEN_LINES_LANES; opgen_at += OPGEN_BLOCK) {
+                float diff_dst_block[OPGEN_BLOCK];
+                opgen_load_block_bf16(diff_dst_block, diff_dst + r * inner + opgen_at, 0);
+                OPGEN_SIMD_FLOAT
+                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    const double diff_dst_value = (double)diff_dst_block[lane];
+                    const double sum_diff_dst_term = diff_dst_value;
+                    sum_diff_dst_lanes[opgen_at + lane] = sum_diff_dst_lanes[opgen_at + lane] + (double)sum_diff_dst_term;
+                }
+            }
         }
     }
     for (int lane = 0; lane < lanes; ++lane) {
@@ -885,6 +1039,7 @@ static void log_soft_max_backward_bf16_apply(const opgen_lines_call *call, int64
     }
 }
 
+
 /* the elements of `lanes` neighbouring lines, one per lane;
  * `opgen_stream` a constant in each caller (_apply_columns) */
 OPGEN_MICROKERNEL void log_soft_max_backward_bf16_apply_columns_of(const opgen_lines_call *call, int64_t outer_index, int64_t position,
@@ -899,7 +1054,7 @@ OPGEN_MICROKERNEL void log_soft_max_backward_bf16_apply_columns_of(const opgen_l
     opgen_bf16 *diff_src = (opgen_bf16 *)call->tensors[2] + start;
     const double count = (double)call->count;
     (void)count;
-    double sum_diff_dst_line_lanes[OPGEN_LINES_LANES]; /* every lane set, not cleared first: see Reduction */
+    double sum_diff_dst_line_lanes[OPGEN_LINES_LANES]; /* every lane read set, not cleared first: see Reduction */
     for (int lane = 0; lane < OPGEN_LINES_LANES; ++lane) {
         sum_diff_dst_line_lanes[lane] = lane < lanes ? (double)values[lane * 1 + 0] : 0;
     }
@@ -1068,6 +1223,84 @@ OPGEN_MICROKERNEL void log_soft_max_backward_bf16_apply_columns_of(const opgen_l
     }
 }
 
+/* the elements of `lanes` neighbouring lines, one per lane: a wide tile;
+ * `opgen_stream` a constant in each caller (_apply_wide) */
+OPGEN_MICROKERNEL void log_soft_max_backward_bf16_apply_wide_of(const opgen_lines_call *call, int64_t outer_index, int64_t position,
+                                                               int lanes, double *values, double *opgen_across, int opgen_stream)
+{
+    (void)opgen_across;
+    (void)opgen_stream;
+    const int64_t length = call->length, inner = call->inner;
+    const int64_t start = outer_index * length * inner + position;
+    const opgen_bf16 *diff_dst = (const opgen_bf16 *)call->tensors[0] + start;
+    const opgen_bf16 *dst = (const opgen_bf16 *)call->tensors[1] + start;
+    opgen_bf16 *diff_src = (opgen_bf16 *)call->tensors[2] + start;
+    const double count = (double)call->count;
+    (void)count;
+    double sum_diff_dst_line_lanes[OPGEN_LINES_WIDE_LANES]; /* every lane read set, not cleared first: see Reduction */
+    for (int lane = 0; lane < lanes; ++lane) {
+        sum_diff_dst_line_lanes[lane] = lane < lanes ? (double)values[lane * 1 + 0] : 0;
+    }
+    float sum_diff_dst_line_float_lanes[OPGEN_LINES_WIDE_LANES];
+    for (int lane = 0; lane < lanes; ++lane) {
+        sum_diff_dst_line_float_lanes[lane] = (float)sum_diff_dst_line_lanes[lane];
+    }
+    for (int64_t r = 0; r < length; ++r) {
+        for (int opgen_tile = 0; opgen_tile < lanes; opgen_tile += OPGEN_LINES_LANES) {
+            OPGEN_UNROLLED
+            for (int opgen_at = opgen_tile; opgen_at < opgen_tile + OPGEN_LINES_LANES; opgen_at += OPGEN_BLOCK) {
+                float diff_dst_block[OPGEN_BLOCK];
+                opgen_load_block_bf16(diff_dst_block, diff_dst + r * inner + opgen_at, 0);
+                float dst_block[OPGEN_BLOCK];
+                opgen_load_block_bf16(dst_block, dst + r * inner + opgen_at, 0);
+                float diff_src_block[OPGEN_BLOCK];
+                if (opgen_all_nonpositive(dst_block)) {
+                    OPGEN_SIMD_FLOAT
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        const float diff_dst_value = (float)diff_dst_block[lane];
+                        const float dst_value = (float)dst_block[lane];
+                        const float sum_diff_dst_line_float = sum_diff_dst_line_float_lanes[opgen_at + lane];
+                        const float diff_src_value = (diff_dst_value - (opgen_exp_nonpositivef(dst_value) * sum_diff_dst_line_float));
+                        diff_src_block[lane] = (float)diff_src_value;
+                    }
+                } else {
+                    OPGEN_SIMD_FLOAT
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        const float diff_dst_value = (float)diff_dst_block[lane];
+                        const float dst_value = (float)dst_block[lane];
+                        const float sum_diff_dst_line_float = sum_diff_dst_line_float_lanes[opgen_at + lane];
+                        const float diff_src_value = (diff_dst_value - (opgen_expf(dst_value) * sum_diff_dst_line_float));
+                        diff_src_block[lane] = (float)diff_src_value;
+                    }
+                }
+                /* an intermediate left float's range (or an input is not finite): in double */
+                if (!(opgen_all_finite(diff_src_block, OPGEN_BLOCK))) {
+                    if (opgen_all_nonpositive(dst_block)) {
+                        OPGEN_SIMD_FLOAT
+                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                            const double diff_dst_value = (double)diff_dst_block[lane];
+                            const double dst_value = (double)dst_block[lane];
+                            const double sum_diff_dst_line = sum_diff_dst_line_lanes[opgen_at + lane];
+                            const double diff_src_value = (diff_dst_value - (opgen_exp_nonpositive(dst_value) * sum_diff_dst_line));
+                            diff_src_block[lane] = (float)diff_src_value;
+                        }
+                    } else {
+                        OPGEN_SIMD_FLOAT
+                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                            const double diff_dst_value = (double)diff_dst_block[lane];
+                            const double dst_value = (double)dst_block[lane];
+                            const double sum_diff_dst_line = sum_diff_dst_line_lanes[opgen_at + lane];
+                            const double diff_src_value = (diff_dst_value - (opgen_exp(dst_value) * sum_diff_dst_line));
+                            diff_src_block[lane] = (float)diff_src_value;
+                        }
+                    }
+                }
+                opgen_store_block_bf16(diff_src + r * inner + opgen_at, diff_src_block, opgen_stream);
+            }
+        }
+    }
+}
+
 static void log_soft_max_backward_bf16_apply_columns(const opgen_lines_call *call, int64_t outer_index, int64_t position, int lanes,
                                 double *values, double *opgen_across)
 {
@@ -1076,6 +1309,13 @@ static void log_soft_max_backward_bf16_apply_columns(const opgen_lines_call *cal
     } else {
         log_soft_max_backward_bf16_apply_columns_of(call, outer_index, position, lanes, values, opgen_across, 0);
     }
+}
+
+/* wide tiles: for streamed calls alone (opgen_lines.c) */
+static void log_soft_max_backward_bf16_apply_wide(const opgen_lines_call *call, int64_t outer_index, int64_t position, int lanes,
+                             double *values, double *opgen_across)
+{
+    log_soft_max_backward_bf16_apply_wide_of(call, outer_index, position, lanes, values, opgen_across, 1);
 }
 #if OPGEN_LINES_SHORT
 
@@ -1265,7 +1505,8 @@ static OPGEN_FLATTEN void log_soft_max_backward_bf16_lines(const opgen_lines_cal
 void OPGEN_KERNEL(log_soft_max_backward_bf16)(const opgen_bf16 *OPGEN_RESTRICT diff_dst, const opgen_bf16 *OPGEN_RESTRICT dst, opgen_bf16 *OPGEN_RESTRICT diff_src, int64_t outer, int64_t length, int64_t inner)
 {
     static const opgen_lines_pass passes[] = {
-        { log_soft_max_backward_bf16_reduce_1, log_soft_max_backward_bf16_reduce_1_columns, NULL },
+        { log_soft_max_backward_bf16_reduce_1, log_soft_max_backward_bf16_reduce_1_columns, log_soft_max_backward_bf16_reduce_1_wide,
+          NULL },
     };
     static const opgen_lines_kernel kernel = {
         .value_count = 1,
@@ -1273,6 +1514,7 @@ void OPGEN_KERNEL(log_soft_max_backward_bf16)(const opgen_bf16 *OPGEN_RESTRICT d
         .pass_count = 1,
         .passes = passes,
         .apply_columns = log_soft_max_backward_bf16_apply_columns,
+        .apply_wide = log_soft_max_backward_bf16_apply_wide,
         .lines = log_soft_max_backward_bf16_lines,
         .store = NULL,
         .across_count = 0,
@@ -1340,6 +1582,7 @@ static void log_soft_max_backward_f16_reduce_1(const opgen_lines_call *call, int
     values[0] = (double)(sum_diff_dst_lanes[0] + 0.0);
 }
 
+
 /* pass 1 over `lanes` neighbouring lines, one per lane */
 static void log_soft_max_backward_f16_reduce_1_columns(const opgen_lines_call *call, int64_t outer_index, int64_t position,
                                         int lanes, double *values)
@@ -1397,6 +1640,38 @@ static void log_soft_max_backward_f16_reduce_1_columns(const opgen_lines_call *c
                 }
             }
             memcpy(sum_diff_dst_lanes + opgen_at, sum_diff_dst_block_lanes, sizeof sum_diff_dst_block_lanes);
+        }
+    }
+    for (int lane = 0; lane < lanes; ++lane) {
+        values[lane * 1 + 0] = (double)(sum_diff_dst_lanes[lane] + 0.0);
+    }
+}
+
+/* pass 1 over `lanes` neighbouring lines, one per lane: a wide tile */
+static void log_soft_max_backward_f16_reduce_1_wide(const opgen_lines_call *call, int64_t outer_index, int64_t position,
+                                        int lanes, double *values)
+{
+    const int64_t length = call->length, inner = call->inner;
+    const opgen_f16 *diff_dst = (const opgen_f16 *)call->tensors[0] + outer_index * length * inner + position;
+    const float count = (float)call->count;
+    (void)count;
+    double sum_diff_dst_lanes[OPGEN_LINES_WIDE_LANES];
+    for (int lane = 0; lane < lanes; ++lane) {
+        sum_diff_dst_lanes[lane] = (double)-0.0;
+    }
+    for (int64_t r = 0; r < length; ++r) {
+        for (int opgen_tile = 0; opgen_tile < lanes; opgen_tile += OPGEN_LINES_LANES) {
+            OPGEN_UNROLLED
+            for (int opgen_at = opgen_tile; opgen_at < opgen_tile + OPGEN_LINES_LANES; opgen_at += OPGEN_BLOCK) {
+                float diff_dst_block[OPGEN_BLOCK];
+                opgen_load_block_f16(diff_dst_block, diff_dst + r * inner + opgen_at, 0);
+                OPGEN_SIMD_FLOAT
+                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    const float diff_dst_value = (float)diff_dst_block[lane];
+                    const float sum_diff_dst_term = diff_dst_value;
+                    sum_diff_dst_lanes[opgen_at + lane] = sum_diff_dst_lanes[opgen_at + lane] + (double)sum_diff_dst_term;
+                }
+            }
         }
     }
     for (int lane = 0; lane < lanes; ++lane) {
@@ -1482,6 +1757,7 @@ static void log_soft_max_backward_f16_apply(const opgen_lines_call *call, int64_
     }
 }
 
+
 /* the elements of `lanes` neighbouring lines, one per lane;
  * `opgen_stream` a constant in each caller (_apply_columns) */
 OPGEN_MICROKERNEL void log_soft_max_backward_f16_apply_columns_of(const opgen_lines_call *call, int64_t outer_index, int64_t position,
@@ -1496,7 +1772,7 @@ OPGEN_MICROKERNEL void log_soft_max_backward_f16_apply_columns_of(const opgen_li
     opgen_f16 *diff_src = (opgen_f16 *)call->tensors[2] + start;
     const float count = (float)call->count;
     (void)count;
-    float sum_diff_dst_line_lanes[OPGEN_LINES_LANES]; /* every lane set, not cleared first: see Reduction */
+    float sum_diff_dst_line_lanes[OPGEN_LINES_LANES]; /* every lane read set, not cleared first: see Reduction */
     for (int lane = 0; lane < OPGEN_LINES_LANES; ++lane) {
         sum_diff_dst_line_lanes[lane] = lane < lanes ? (float)values[lane * 1 + 0] : 0;
     }
@@ -1595,6 +1871,58 @@ OPGEN_MICROKERNEL void log_soft_max_backward_f16_apply_columns_of(const opgen_li
     }
 }
 
+/* the elements of `lanes` neighbouring lines, one per lane: a wide tile;
+ * `opgen_stream` a constant in each caller (_apply_wide) */
+OPGEN_MICROKERNEL void log_soft_max_backward_f16_apply_wide_of(const opgen_lines_call *call, int64_t outer_index, int64_t position,
+                                                              int lanes, double *values, double *opgen_across, int opgen_stream)
+{
+    (void)opgen_across;
+    (void)opgen_stream;
+    const int64_t length = call->length, inner = call->inner;
+    const int64_t start = outer_index * length * inner + position;
+    const opgen_f16 *diff_dst = (const opgen_f16 *)call->tensors[0] + start;
+    const opgen_f16 *dst = (const opgen_f16 *)call->tensors[1] + start;
+    opgen_f16 *diff_src = (opgen_f16 *)call->tensors[2] + start;
+    const float count = (float)call->count;
+    (void)count;
+    float sum_diff_dst_line_lanes[OPGEN_LINES_WIDE_LANES]; /* every lane read set, not cleared first: see Reduction */
+    for (int lane = 0; lane < lanes; ++lane) {
+        sum_diff_dst_line_lanes[lane] = lane < lanes ? (float)values[lane * 1 + 0] : 0;
+    }
+    for (int64_t r = 0; r < length; ++r) {
+        for (int opgen_tile = 0; opgen_tile < lanes; opgen_tile += OPGEN_LINES_LANES) {
+            OPGEN_UNROLLED
+            for (int opgen_at = opgen_tile; opgen_at < opgen_tile + OPGEN_LINES_LANES; opgen_at += OPGEN_BLOCK) {
+                float diff_dst_block[OPGEN_BLOCK];
+                opgen_load_block_f16(diff_dst_block, diff_dst + r * inner + opgen_at, 0);
+                float dst_block[OPGEN_BLOCK];
+                opgen_load_block_f16(dst_block, dst + r * inner + opgen_at, 0);
+                float diff_src_block[OPGEN_BLOCK];
+                if (opgen_all_nonpositive(dst_block)) {
+                    OPGEN_SIMD_FLOAT
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        const float diff_dst_value = (float)diff_dst_block[lane];
+                        const float dst_value = (float)dst_block[lane];
+                        const float sum_diff_dst_line = sum_diff_dst_line_lanes[opgen_at + lane];
+                        const float diff_src_value = (diff_dst_value - (opgen_exp_nonpositivef(dst_value) * sum_diff_dst_line));
+                        diff_src_block[lane] = (float)diff_src_value;
+                    }
+                } else {
+                    OPGEN_SIMD_FLOAT
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        const float diff_dst_value = (float)diff_dst_block[lane];
+                        const float dst_value = (float)dst_block[lane];
+                        const float sum_diff_dst_line = sum_diff_dst_line_lanes[opgen_at + lane];
+                        const float diff_src_value = (diff_dst_value - (opgen_expf(dst_value) * sum_diff_dst_line));
+                        diff_src_block[lane] = (float)diff_src_value;
+                    }
+                }
+                opgen_store_block_f16(diff_src + r * inner + opgen_at, diff_src_block, opgen_stream);
+            }
+        }
+    }
+}
+
 static void log_soft_max_backward_f16_apply_columns(const opgen_lines_call *call, int64_t outer_index, int64_t position, int lanes,
                                 double *values, double *opgen_across)
 {
@@ -1603,6 +1931,13 @@ static void log_soft_max_backward_f16_apply_columns(const opgen_lines_call *call
     } else {
         log_soft_max_backward_f16_apply_columns_of(call, outer_index, position, lanes, values, opgen_across, 0);
     }
+}
+
+/* wide tiles: for streamed calls alone (opgen_lines.c) */
+static void log_soft_max_backward_f16_apply_wide(const opgen_lines_call *call, int64_t outer_index, int64_t position, int lanes,
+                             double *values, double *opgen_across)
+{
+    log_soft_max_backward_f16_apply_wide_of(call, outer_index, position, lanes, values, opgen_across, 1);
 }
 #if OPGEN_LINES_SHORT
 
@@ -1771,7 +2106,8 @@ static OPGEN_FLATTEN void log_soft_max_backward_f16_lines(const opgen_lines_call
 void OPGEN_KERNEL(log_soft_max_backward_f16)(const opgen_f16 *OPGEN_RESTRICT diff_dst, const opgen_f16 *OPGEN_RESTRICT dst, opgen_f16 *OPGEN_RESTRICT diff_src, int64_t outer, int64_t length, int64_t inner)
 {
     static const opgen_lines_pass passes[] = {
-        { log_soft_max_backward_f16_reduce_1, log_soft_max_backward_f16_reduce_1_columns, NULL },
+        { log_soft_max_backward_f16_reduce_1, log_soft_max_backward_f16_reduce_1_columns, log_soft_max_backward_f16_reduce_1_wide,
+          NULL },
     };
     static const opgen_lines_kernel kernel = {
         .value_count = 1,
@@ -1779,6 +2115,7 @@ void OPGEN_KERNEL(log_soft_max_backward_f16)(const opgen_f16 *OPGEN_RESTRICT dif
         .pass_count = 1,
         .passes = passes,
         .apply_columns = log_soft_max_backward_f16_apply_columns,
+        .apply_wide = log_soft_max_backward_f16_apply_wide,
         .lines = log_soft_max_backward_f16_lines,
         .store = NULL,
         .across_count = 0,

@@ -139,6 +139,8 @@
 #define OPGEN_LINES_KEPT_TERMS ((int64_t)4096)
 /* Blocks of neighbouring lines a columns microkernel takes at once (opgen_lines.h). */
 #define OPGEN_LINES_COLUMN_BLOCKS 4
+/* Tiles of them a columns call takes at most, for tensors past the caches (opgen_lines.h). */
+#define OPGEN_LINES_WIDE_TILES 4
 /* Doubles of a thread's copy of a kernel's along inputs, widened once a call (opgen_lines.h). */
 #define OPGEN_LINES_WIDE_VALUES ((int64_t)2048)
 /* Contiguous lines each pass goes over in turn, before the next pass (opgen_lines.h: lines):

@@ -2,7 +2,8 @@
 #include "opgen.h"
 #include "opgen_lines.h"
 
-/* Up to OPGEN_LINES_LANES neighbouring lines from `position`, one per lane. */
+/* Up to OPGEN_LINES_WIDE_LANES neighbouring lines from `position`, one per lane (more than
+ * OPGEN_LINES_LANES: a multiple of it, with at most OPGEN_LINES_MAX_VALUES values a tile's line). */
 static void opgen_lines_columns(const opgen_lines_kernel *kernel, const opgen_lines_call *call, int64_t outer_index,
                                 int64_t position, int lanes, double *across)
 {
@@ -14,8 +15,9 @@ static void opgen_lines_columns(const opgen_lines_kernel *kernel, const opgen_li
             kernel->values_before(call, first + lane, values + lane * count);
         }
     }
+    const int wide = lanes > OPGEN_LINES_LANES;
     for (int k = 0; k < kernel->pass_count; ++k) {
-        kernel->passes[k].reduce_columns(call, outer_index, position, lanes, values);
+        (wide ? kernel->passes[k].reduce_wide : kernel->passes[k].reduce_columns)(call, outer_index, position, lanes, values);
         if (kernel->passes[k].after != NULL) {
             for (int lane = 0; lane < lanes; ++lane) {
                 kernel->passes[k].after(call, first + lane, values + lane * count);
@@ -23,7 +25,7 @@ static void opgen_lines_columns(const opgen_lines_kernel *kernel, const opgen_li
         }
     }
     if (kernel->apply_columns != NULL) {
-        kernel->apply_columns(call, outer_index, position, lanes, values, across);
+        (wide ? kernel->apply_wide : kernel->apply_columns)(call, outer_index, position, lanes, values, across);
     }
     if (kernel->store != NULL) {
         for (int lane = 0; lane < lanes; ++lane) {
@@ -39,6 +41,16 @@ static void opgen_lines_columns(const opgen_lines_kernel *kernel, const opgen_li
 static int64_t opgen_lines_tile(int64_t inner)
 {
     return inner >= OPGEN_LINES_LANES ? OPGEN_LINES_LANES : OPGEN_BLOCK;
+}
+
+/* Tiles of `width` lines a columns call takes together: up to OPGEN_LINES_WIDE_TILES where the
+ * tensors lie past the caches and the tiles are whole ones, as the values of its lines fit in
+ * opgen_lines_columns' array; else 1. */
+static int64_t opgen_lines_wide_tiles(const opgen_lines_kernel *kernel, const opgen_lines_call *call, int64_t width)
+{
+    const int64_t fitting = kernel->value_count > 0 ? OPGEN_LINES_MAX_VALUES / kernel->value_count : OPGEN_LINES_WIDE_TILES;
+    const int64_t wide = fitting < OPGEN_LINES_WIDE_TILES ? fitting : OPGEN_LINES_WIDE_TILES;
+    return call->stream && width == OPGEN_LINES_LANES && wide > 1 ? wide : 1;
 }
 
 /* Units of work: lines (contiguous) or tiles of opgen_lines_tile(inner) lines along inner. */
@@ -80,10 +92,20 @@ static void opgen_lines_range(const opgen_lines_kernel *kernel, const opgen_line
     {
         const int64_t width = opgen_lines_tile(call->inner);
         const int64_t per_outer = (call->inner + width - 1) / width;
-        for (int64_t tile = first; tile < last; ++tile) {
+        const int64_t wide = opgen_lines_wide_tiles(kernel, call, width);
+        for (int64_t tile = first; tile < last;) {
             const int64_t position = tile % per_outer * width;
             const int64_t left = call->inner - position;
-            opgen_lines_columns(kernel, call, tile / per_outer, position, (int)(left < width ? left : width), across);
+            /* the whole tiles that follow in this range and at this outer index, up to `wide`:
+             * the units (and the chunks of sums across lines) stay those of single tiles, and
+             * each line's operations are the same in either */
+            int64_t tiles = 1;
+            while (tiles < wide && tile + tiles < last && (tile + tiles) % per_outer != 0 && left >= (tiles + 1) * width) {
+                ++tiles;
+            }
+            const int64_t lanes = tiles > 1 ? tiles * width : (left < width ? left : width);
+            opgen_lines_columns(kernel, call, tile / per_outer, position, (int)lanes, across);
+            tile += tiles;
         }
     }
 }

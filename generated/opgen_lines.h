@@ -40,6 +40,9 @@
 
 /* Lines a *_columns microkernel computes at once: one per lane of its blocks. */
 #define OPGEN_LINES_LANES (OPGEN_LINES_COLUMN_BLOCKS * OPGEN_BLOCK)
+/* ... and at most, in a wide tile: neighbouring whole tiles of one call, taken together where
+ * the tensors lie past the caches (call->stream), each step over all of them. */
+#define OPGEN_LINES_WIDE_LANES (OPGEN_LINES_WIDE_TILES * OPGEN_LINES_LANES)
 /* OPGEN_LINES_MAX_VALUES (opgen_internal.h, from lines.MAX_LINE_VALUES): line values an op may
  * keep, checked when its spec is loaded. */
 
@@ -69,7 +72,9 @@ typedef struct opgen_lines_call {
 /* One contiguous line (inner == 1): `values` holds the line's values. */
 typedef void (*opgen_lines_line_function)(const opgen_lines_call *call, int64_t line, double *values);
 /* `lanes` (1..OPGEN_LINES_LANES) neighbouring lines from (outer_index, position): lane l's
- * values at values[l * value_count]. */
+ * values at values[l * value_count]. The *_wide ones take a wide tile: a multiple of
+ * OPGEN_LINES_LANES lines up to OPGEN_LINES_WIDE_LANES, each line's operations those of the
+ * others (their per-lane arrays that wide: in the others, GCC keeps a tile's in registers). */
 typedef void (*opgen_lines_columns_function)(const opgen_lines_call *call, int64_t outer_index, int64_t position,
                                              int lanes, double *values);
 /* The element pass: as above, also adding its terms across lines into `across` (a chunk's
@@ -85,6 +90,7 @@ typedef void (*opgen_lines_store_across_function)(const opgen_lines_call *call, 
 typedef struct opgen_lines_pass {
     opgen_lines_line_function reduce;
     opgen_lines_columns_function reduce_columns;
+    opgen_lines_columns_function reduce_wide;
     opgen_lines_line_function after; /* per line, also in the columns path */
 } opgen_lines_pass;
 
@@ -94,6 +100,7 @@ typedef struct opgen_lines_kernel {
     int pass_count;
     const opgen_lines_pass *passes;
     opgen_lines_apply_columns_function apply_columns; /* NULL: no tensor output, no sum across lines */
+    opgen_lines_apply_columns_function apply_wide;    /* ... in a wide tile, streamed */
     opgen_lines_range_function lines;         /* contiguous lines: values_before to store, in groups */
     opgen_lines_line_function store;          /* NULL: no line output */
     int across_count;                         /* sums across lines (outputs of kind along) */

@@ -64,6 +64,7 @@ static void reduce_l2_f32_reduce_1(const opgen_lines_call *call, int64_t line, d
     values[0] = (double)(sum_squares_lanes[0] + 0.0);
 }
 
+
 /* pass 1 over `lanes` neighbouring lines, one per lane */
 static void reduce_l2_f32_reduce_1_columns(const opgen_lines_call *call, int64_t outer_index, int64_t position,
                                         int lanes, double *values)
@@ -128,6 +129,38 @@ static void reduce_l2_f32_reduce_1_columns(const opgen_lines_call *call, int64_t
     }
 }
 
+/* pass 1 over `lanes` neighbouring lines, one per lane: a wide tile */
+static void reduce_l2_f32_reduce_1_wide(const opgen_lines_call *call, int64_t outer_index, int64_t position,
+                                        int lanes, double *values)
+{
+    const int64_t length = call->length, inner = call->inner;
+    const float *src = (const float *)call->tensors[0] + outer_index * length * inner + position;
+    const double count = (double)call->count;
+    (void)count;
+    double sum_squares_lanes[OPGEN_LINES_WIDE_LANES];
+    for (int lane = 0; lane < lanes; ++lane) {
+        sum_squares_lanes[lane] = (double)-0.0;
+    }
+    for (int64_t r = 0; r < length; ++r) {
+        for (int opgen_tile = 0; opgen_tile < lanes; opgen_tile += OPGEN_LINES_LANES) {
+            OPGEN_UNROLLED
+            for (int opgen_at = opgen_tile; opgen_at < opgen_tile + OPGEN_LINES_LANES; opgen_at += OPGEN_BLOCK) {
+                float src_block[OPGEN_BLOCK];
+                opgen_load_block_f32(src_block, src + r * inner + opgen_at, 0);
+                OPGEN_SIMD_FLOAT
+                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    const double src_value = (double)src_block[lane];
+                    const double sum_squares_term = (src_value * src_value);
+                    sum_squares_lanes[opgen_at + lane] = sum_squares_lanes[opgen_at + lane] + (double)sum_squares_term;
+                }
+            }
+        }
+    }
+    for (int lane = 0; lane < lanes; ++lane) {
+        values[lane * 2 + 0] = (double)(sum_squares_lanes[lane] + 0.0);
+    }
+}
+
 /* the line values pass 1 makes computable */
 static void reduce_l2_f32_after_1(const opgen_lines_call *call, int64_t line, double *values)
 {
@@ -171,7 +204,8 @@ static OPGEN_FLATTEN void reduce_l2_f32_lines(const opgen_lines_call *opgen_call
 void OPGEN_KERNEL(reduce_l2_f32)(const float *OPGEN_RESTRICT src, float *OPGEN_RESTRICT dst, int64_t outer, int64_t length, int64_t inner, const int64_t *OPGEN_RESTRICT blocks)
 {
     static const opgen_lines_pass passes[] = {
-        { reduce_l2_f32_reduce_1, reduce_l2_f32_reduce_1_columns, reduce_l2_f32_after_1 },
+        { reduce_l2_f32_reduce_1, reduce_l2_f32_reduce_1_columns, reduce_l2_f32_reduce_1_wide,
+          reduce_l2_f32_after_1 },
     };
     static const opgen_lines_kernel kernel = {
         .value_count = 2,
@@ -179,6 +213,7 @@ void OPGEN_KERNEL(reduce_l2_f32)(const float *OPGEN_RESTRICT src, float *OPGEN_R
         .pass_count = 1,
         .passes = passes,
         .apply_columns = NULL,
+        .apply_wide = NULL,
         .lines = reduce_l2_f32_lines,
         .store = reduce_l2_f32_store,
         .across_count = 0,
@@ -248,6 +283,7 @@ static void reduce_l2_bf16_reduce_1(const opgen_lines_call *call, int64_t line, 
     values[0] = (double)(sum_squares_lanes[0] + 0.0);
 }
 
+
 /* pass 1 over `lanes` neighbouring lines, one per lane */
 static void reduce_l2_bf16_reduce_1_columns(const opgen_lines_call *call, int64_t outer_index, int64_t position,
                                         int lanes, double *values)
@@ -312,6 +348,38 @@ static void reduce_l2_bf16_reduce_1_columns(const opgen_lines_call *call, int64_
     }
 }
 
+/* pass 1 over `lanes` neighbouring lines, one per lane: a wide tile */
+static void reduce_l2_bf16_reduce_1_wide(const opgen_lines_call *call, int64_t outer_index, int64_t position,
+                                        int lanes, double *values)
+{
+    const int64_t length = call->length, inner = call->inner;
+    const opgen_bf16 *src = (const opgen_bf16 *)call->tensors[0] + outer_index * length * inner + position;
+    const double count = (double)call->count;
+    (void)count;
+    double sum_squares_lanes[OPGEN_LINES_WIDE_LANES];
+    for (int lane = 0; lane < lanes; ++lane) {
+        sum_squares_lanes[lane] = (double)-0.0;
+    }
+    for (int64_t r = 0; r < length; ++r) {
+        for (int opgen_tile = 0; opgen_tile < lanes; opgen_tile += OPGEN_LINES_LANES) {
+            OPGEN_UNROLLED
+            for (int opgen_at = opgen_tile; opgen_at < opgen_tile + OPGEN_LINES_LANES; opgen_at += OPGEN_BLOCK) {
+                float src_block[OPGEN_BLOCK];
+                opgen_load_block_bf16(src_block, src + r * inner + opgen_at, 0);
+                OPGEN_SIMD_FLOAT
+                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    const double src_value = (double)src_block[lane];
+                    const double sum_squares_term = (src_value * src_value);
+                    sum_squares_lanes[opgen_at + lane] = sum_squares_lanes[opgen_at + lane] + (double)sum_squares_term;
+                }
+            }
+        }
+    }
+    for (int lane = 0; lane < lanes; ++lane) {
+        values[lane * 2 + 0] = (double)(sum_squares_lanes[lane] + 0.0);
+    }
+}
+
 /* the line values pass 1 makes computable */
 static void reduce_l2_bf16_after_1(const opgen_lines_call *call, int64_t line, double *values)
 {
@@ -355,7 +423,8 @@ static OPGEN_FLATTEN void reduce_l2_bf16_lines(const opgen_lines_call *opgen_cal
 void OPGEN_KERNEL(reduce_l2_bf16)(const opgen_bf16 *OPGEN_RESTRICT src, opgen_bf16 *OPGEN_RESTRICT dst, int64_t outer, int64_t length, int64_t inner, const int64_t *OPGEN_RESTRICT blocks)
 {
     static const opgen_lines_pass passes[] = {
-        { reduce_l2_bf16_reduce_1, reduce_l2_bf16_reduce_1_columns, reduce_l2_bf16_after_1 },
+        { reduce_l2_bf16_reduce_1, reduce_l2_bf16_reduce_1_columns, reduce_l2_bf16_reduce_1_wide,
+          reduce_l2_bf16_after_1 },
     };
     static const opgen_lines_kernel kernel = {
         .value_count = 2,
@@ -363,6 +432,7 @@ void OPGEN_KERNEL(reduce_l2_bf16)(const opgen_bf16 *OPGEN_RESTRICT src, opgen_bf
         .pass_count = 1,
         .passes = passes,
         .apply_columns = NULL,
+        .apply_wide = NULL,
         .lines = reduce_l2_bf16_lines,
         .store = reduce_l2_bf16_store,
         .across_count = 0,
@@ -432,6 +502,7 @@ static void reduce_l2_f16_reduce_1(const opgen_lines_call *call, int64_t line, d
     values[0] = (double)(sum_squares_lanes[0] + 0.0);
 }
 
+
 /* pass 1 over `lanes` neighbouring lines, one per lane */
 static void reduce_l2_f16_reduce_1_columns(const opgen_lines_call *call, int64_t outer_index, int64_t position,
                                         int lanes, double *values)
@@ -496,6 +567,38 @@ static void reduce_l2_f16_reduce_1_columns(const opgen_lines_call *call, int64_t
     }
 }
 
+/* pass 1 over `lanes` neighbouring lines, one per lane: a wide tile */
+static void reduce_l2_f16_reduce_1_wide(const opgen_lines_call *call, int64_t outer_index, int64_t position,
+                                        int lanes, double *values)
+{
+    const int64_t length = call->length, inner = call->inner;
+    const opgen_f16 *src = (const opgen_f16 *)call->tensors[0] + outer_index * length * inner + position;
+    const float count = (float)call->count;
+    (void)count;
+    double sum_squares_lanes[OPGEN_LINES_WIDE_LANES];
+    for (int lane = 0; lane < lanes; ++lane) {
+        sum_squares_lanes[lane] = (double)-0.0;
+    }
+    for (int64_t r = 0; r < length; ++r) {
+        for (int opgen_tile = 0; opgen_tile < lanes; opgen_tile += OPGEN_LINES_LANES) {
+            OPGEN_UNROLLED
+            for (int opgen_at = opgen_tile; opgen_at < opgen_tile + OPGEN_LINES_LANES; opgen_at += OPGEN_BLOCK) {
+                float src_block[OPGEN_BLOCK];
+                opgen_load_block_f16(src_block, src + r * inner + opgen_at, 0);
+                OPGEN_SIMD_FLOAT
+                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    const float src_value = (float)src_block[lane];
+                    const float sum_squares_term = (src_value * src_value);
+                    sum_squares_lanes[opgen_at + lane] = sum_squares_lanes[opgen_at + lane] + (double)sum_squares_term;
+                }
+            }
+        }
+    }
+    for (int lane = 0; lane < lanes; ++lane) {
+        values[lane * 2 + 0] = (double)(sum_squares_lanes[lane] + 0.0);
+    }
+}
+
 /* the line values pass 1 makes computable */
 static void reduce_l2_f16_after_1(const opgen_lines_call *call, int64_t line, double *values)
 {
@@ -539,7 +642,8 @@ static OPGEN_FLATTEN void reduce_l2_f16_lines(const opgen_lines_call *opgen_call
 void OPGEN_KERNEL(reduce_l2_f16)(const opgen_f16 *OPGEN_RESTRICT src, opgen_f16 *OPGEN_RESTRICT dst, int64_t outer, int64_t length, int64_t inner, const int64_t *OPGEN_RESTRICT blocks)
 {
     static const opgen_lines_pass passes[] = {
-        { reduce_l2_f16_reduce_1, reduce_l2_f16_reduce_1_columns, reduce_l2_f16_after_1 },
+        { reduce_l2_f16_reduce_1, reduce_l2_f16_reduce_1_columns, reduce_l2_f16_reduce_1_wide,
+          reduce_l2_f16_after_1 },
     };
     static const opgen_lines_kernel kernel = {
         .value_count = 2,
@@ -547,6 +651,7 @@ void OPGEN_KERNEL(reduce_l2_f16)(const opgen_f16 *OPGEN_RESTRICT src, opgen_f16 
         .pass_count = 1,
         .passes = passes,
         .apply_columns = NULL,
+        .apply_wide = NULL,
         .lines = reduce_l2_f16_lines,
         .store = reduce_l2_f16_store,
         .across_count = 0,

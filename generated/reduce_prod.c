@@ -55,6 +55,7 @@ static void reduce_prod_f32_reduce_1(const opgen_lines_call *call, int64_t line,
     values[0] = (double)dst_lanes[0];
 }
 
+
 /* pass 1 over `lanes` neighbouring lines, one per lane */
 static void reduce_prod_f32_reduce_1_columns(const opgen_lines_call *call, int64_t outer_index, int64_t position,
                                         int lanes, double *values)
@@ -119,6 +120,38 @@ static void reduce_prod_f32_reduce_1_columns(const opgen_lines_call *call, int64
     }
 }
 
+/* pass 1 over `lanes` neighbouring lines, one per lane: a wide tile */
+static void reduce_prod_f32_reduce_1_wide(const opgen_lines_call *call, int64_t outer_index, int64_t position,
+                                        int lanes, double *values)
+{
+    const int64_t length = call->length, inner = call->inner;
+    const float *src = (const float *)call->tensors[0] + outer_index * length * inner + position;
+    const float count = (float)call->count;
+    (void)count;
+    double dst_lanes[OPGEN_LINES_WIDE_LANES];
+    for (int lane = 0; lane < lanes; ++lane) {
+        dst_lanes[lane] = (double)1;
+    }
+    for (int64_t r = 0; r < length; ++r) {
+        for (int opgen_tile = 0; opgen_tile < lanes; opgen_tile += OPGEN_LINES_LANES) {
+            OPGEN_UNROLLED
+            for (int opgen_at = opgen_tile; opgen_at < opgen_tile + OPGEN_LINES_LANES; opgen_at += OPGEN_BLOCK) {
+                float src_block[OPGEN_BLOCK];
+                opgen_load_block_f32(src_block, src + r * inner + opgen_at, 0);
+                OPGEN_SIMD_FLOAT
+                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    const float src_value = (float)src_block[lane];
+                    const float dst_term = src_value;
+                    dst_lanes[opgen_at + lane] = dst_lanes[opgen_at + lane] * (double)dst_term;
+                }
+            }
+        }
+    }
+    for (int lane = 0; lane < lanes; ++lane) {
+        values[lane * 1 + 0] = (double)dst_lanes[lane];
+    }
+}
+
 /* the line outputs: double, rounded to f32, then to the output's dtype (as elements are) */
 static void reduce_prod_f32_store(const opgen_lines_call *call, int64_t line, double *values)
 {
@@ -151,7 +184,8 @@ static OPGEN_FLATTEN void reduce_prod_f32_lines(const opgen_lines_call *opgen_ca
 void OPGEN_KERNEL(reduce_prod_f32)(const float *OPGEN_RESTRICT src, float *OPGEN_RESTRICT dst, int64_t outer, int64_t length, int64_t inner, const int64_t *OPGEN_RESTRICT blocks)
 {
     static const opgen_lines_pass passes[] = {
-        { reduce_prod_f32_reduce_1, reduce_prod_f32_reduce_1_columns, NULL },
+        { reduce_prod_f32_reduce_1, reduce_prod_f32_reduce_1_columns, reduce_prod_f32_reduce_1_wide,
+          NULL },
     };
     static const opgen_lines_kernel kernel = {
         .value_count = 1,
@@ -159,6 +193,7 @@ void OPGEN_KERNEL(reduce_prod_f32)(const float *OPGEN_RESTRICT src, float *OPGEN
         .pass_count = 1,
         .passes = passes,
         .apply_columns = NULL,
+        .apply_wide = NULL,
         .lines = reduce_prod_f32_lines,
         .store = reduce_prod_f32_store,
         .across_count = 0,
@@ -228,6 +263,7 @@ static void reduce_prod_bf16_reduce_1(const opgen_lines_call *call, int64_t line
     values[0] = (double)dst_lanes[0];
 }
 
+
 /* pass 1 over `lanes` neighbouring lines, one per lane */
 static void reduce_prod_bf16_reduce_1_columns(const opgen_lines_call *call, int64_t outer_index, int64_t position,
                                         int lanes, double *values)
@@ -292,6 +328,38 @@ static void reduce_prod_bf16_reduce_1_columns(const opgen_lines_call *call, int6
     }
 }
 
+/* pass 1 over `lanes` neighbouring lines, one per lane: a wide tile */
+static void reduce_prod_bf16_reduce_1_wide(const opgen_lines_call *call, int64_t outer_index, int64_t position,
+                                        int lanes, double *values)
+{
+    const int64_t length = call->length, inner = call->inner;
+    const opgen_bf16 *src = (const opgen_bf16 *)call->tensors[0] + outer_index * length * inner + position;
+    const float count = (float)call->count;
+    (void)count;
+    double dst_lanes[OPGEN_LINES_WIDE_LANES];
+    for (int lane = 0; lane < lanes; ++lane) {
+        dst_lanes[lane] = (double)1;
+    }
+    for (int64_t r = 0; r < length; ++r) {
+        for (int opgen_tile = 0; opgen_tile < lanes; opgen_tile += OPGEN_LINES_LANES) {
+            OPGEN_UNROLLED
+            for (int opgen_at = opgen_tile; opgen_at < opgen_tile + OPGEN_LINES_LANES; opgen_at += OPGEN_BLOCK) {
+                float src_block[OPGEN_BLOCK];
+                opgen_load_block_bf16(src_block, src + r * inner + opgen_at, 0);
+                OPGEN_SIMD_FLOAT
+                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    const float src_value = (float)src_block[lane];
+                    const float dst_term = src_value;
+                    dst_lanes[opgen_at + lane] = dst_lanes[opgen_at + lane] * (double)dst_term;
+                }
+            }
+        }
+    }
+    for (int lane = 0; lane < lanes; ++lane) {
+        values[lane * 1 + 0] = (double)dst_lanes[lane];
+    }
+}
+
 /* the line outputs: double, rounded to f32, then to the output's dtype (as elements are) */
 static void reduce_prod_bf16_store(const opgen_lines_call *call, int64_t line, double *values)
 {
@@ -324,7 +392,8 @@ static OPGEN_FLATTEN void reduce_prod_bf16_lines(const opgen_lines_call *opgen_c
 void OPGEN_KERNEL(reduce_prod_bf16)(const opgen_bf16 *OPGEN_RESTRICT src, opgen_bf16 *OPGEN_RESTRICT dst, int64_t outer, int64_t length, int64_t inner, const int64_t *OPGEN_RESTRICT blocks)
 {
     static const opgen_lines_pass passes[] = {
-        { reduce_prod_bf16_reduce_1, reduce_prod_bf16_reduce_1_columns, NULL },
+        { reduce_prod_bf16_reduce_1, reduce_prod_bf16_reduce_1_columns, reduce_prod_bf16_reduce_1_wide,
+          NULL },
     };
     static const opgen_lines_kernel kernel = {
         .value_count = 1,
@@ -332,6 +401,7 @@ void OPGEN_KERNEL(reduce_prod_bf16)(const opgen_bf16 *OPGEN_RESTRICT src, opgen_
         .pass_count = 1,
         .passes = passes,
         .apply_columns = NULL,
+        .apply_wide = NULL,
         .lines = reduce_prod_bf16_lines,
         .store = reduce_prod_bf16_store,
         .across_count = 0,
@@ -401,6 +471,7 @@ static void reduce_prod_f16_reduce_1(const opgen_lines_call *call, int64_t line,
     values[0] = (double)dst_lanes[0];
 }
 
+
 /* pass 1 over `lanes` neighbouring lines, one per lane */
 static void reduce_prod_f16_reduce_1_columns(const opgen_lines_call *call, int64_t outer_index, int64_t position,
                                         int lanes, double *values)
@@ -465,6 +536,38 @@ static void reduce_prod_f16_reduce_1_columns(const opgen_lines_call *call, int64
     }
 }
 
+/* pass 1 over `lanes` neighbouring lines, one per lane: a wide tile */
+static void reduce_prod_f16_reduce_1_wide(const opgen_lines_call *call, int64_t outer_index, int64_t position,
+                                        int lanes, double *values)
+{
+    const int64_t length = call->length, inner = call->inner;
+    const opgen_f16 *src = (const opgen_f16 *)call->tensors[0] + outer_index * length * inner + position;
+    const float count = (float)call->count;
+    (void)count;
+    double dst_lanes[OPGEN_LINES_WIDE_LANES];
+    for (int lane = 0; lane < lanes; ++lane) {
+        dst_lanes[lane] = (double)1;
+    }
+    for (int64_t r = 0; r < length; ++r) {
+        for (int opgen_tile = 0; opgen_tile < lanes; opgen_tile += OPGEN_LINES_LANES) {
+            OPGEN_UNROLLED
+            for (int opgen_at = opgen_tile; opgen_at < opgen_tile + OPGEN_LINES_LANES; opgen_at += OPGEN_BLOCK) {
+                float src_block[OPGEN_BLOCK];
+                opgen_load_block_f16(src_block, src + r * inner + opgen_at, 0);
+                OPGEN_SIMD_FLOAT
+                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    const float src_value = (float)src_block[lane];
+                    const float dst_term = src_value;
+                    dst_lanes[opgen_at + lane] = dst_lanes[opgen_at + lane] * (double)dst_term;
+                }
+            }
+        }
+    }
+    for (int lane = 0; lane < lanes; ++lane) {
+        values[lane * 1 + 0] = (double)dst_lanes[lane];
+    }
+}
+
 /* the line outputs: double, rounded to f32, then to the output's dtype (as elements are) */
 static void reduce_prod_f16_store(const opgen_lines_call *call, int64_t line, double *values)
 {
@@ -497,7 +600,8 @@ static OPGEN_FLATTEN void reduce_prod_f16_lines(const opgen_lines_call *opgen_ca
 void OPGEN_KERNEL(reduce_prod_f16)(const opgen_f16 *OPGEN_RESTRICT src, opgen_f16 *OPGEN_RESTRICT dst, int64_t outer, int64_t length, int64_t inner, const int64_t *OPGEN_RESTRICT blocks)
 {
     static const opgen_lines_pass passes[] = {
-        { reduce_prod_f16_reduce_1, reduce_prod_f16_reduce_1_columns, NULL },
+        { reduce_prod_f16_reduce_1, reduce_prod_f16_reduce_1_columns, reduce_prod_f16_reduce_1_wide,
+          NULL },
     };
     static const opgen_lines_kernel kernel = {
         .value_count = 1,
@@ -505,6 +609,7 @@ void OPGEN_KERNEL(reduce_prod_f16)(const opgen_f16 *OPGEN_RESTRICT src, opgen_f1
         .pass_count = 1,
         .passes = passes,
         .apply_columns = NULL,
+        .apply_wide = NULL,
         .lines = reduce_prod_f16_lines,
         .store = reduce_prod_f16_store,
         .across_count = 0,

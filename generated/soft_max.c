@@ -55,6 +55,7 @@ static void soft_max_f32_reduce_1(const opgen_lines_call *call, int64_t line, do
     values[0] = (double)max_src_lanes[0];
 }
 
+
 /* pass 1 over `lanes` neighbouring lines, one per lane */
 static void soft_max_f32_reduce_1_columns(const opgen_lines_call *call, int64_t outer_index, int64_t position,
                                         int lanes, double *values)
@@ -119,6 +120,38 @@ static void soft_max_f32_reduce_1_columns(const opgen_lines_call *call, int64_t 
     }
 }
 
+/* pass 1 over `lanes` neighbouring lines, one per lane: a wide tile */
+static void soft_max_f32_reduce_1_wide(const opgen_lines_call *call, int64_t outer_index, int64_t position,
+                                        int lanes, double *values)
+{
+    const int64_t length = call->length, inner = call->inner;
+    const float *src = (const float *)call->tensors[0] + outer_index * length * inner + position;
+    const float count = (float)call->count;
+    (void)count;
+    float max_src_lanes[OPGEN_LINES_WIDE_LANES];
+    for (int lane = 0; lane < lanes; ++lane) {
+        max_src_lanes[lane] = (float)-INFINITY;
+    }
+    for (int64_t r = 0; r < length; ++r) {
+        for (int opgen_tile = 0; opgen_tile < lanes; opgen_tile += OPGEN_LINES_LANES) {
+            OPGEN_UNROLLED
+            for (int opgen_at = opgen_tile; opgen_at < opgen_tile + OPGEN_LINES_LANES; opgen_at += OPGEN_BLOCK) {
+                float src_block[OPGEN_BLOCK];
+                opgen_load_block_f32(src_block, src + r * inner + opgen_at, 0);
+                OPGEN_SIMD_FLOAT
+                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    const float src_value = (float)src_block[lane];
+                    const float max_src_term = src_value;
+                    max_src_lanes[opgen_at + lane] = opgen_lines_max_float(max_src_lanes[opgen_at + lane], (float)max_src_term);
+                }
+            }
+        }
+    }
+    for (int lane = 0; lane < lanes; ++lane) {
+        values[lane * 3 + 0] = (double)max_src_lanes[lane];
+    }
+}
+
 /* pass 2 over a contiguous line: sum_exp (terms kept in dst) */
 static void soft_max_f32_reduce_2(const opgen_lines_call *call, int64_t line, double *values)
 {
@@ -172,6 +205,7 @@ static void soft_max_f32_reduce_2(const opgen_lines_call *call, int64_t line, do
     values[1] = (double)(sum_exp_lanes[0] + 0.0);
 }
 
+
 /* pass 2 over `lanes` neighbouring lines, one per lane */
 static void soft_max_f32_reduce_2_columns(const opgen_lines_call *call, int64_t outer_index, int64_t position,
                                         int lanes, double *values)
@@ -181,7 +215,7 @@ static void soft_max_f32_reduce_2_columns(const opgen_lines_call *call, int64_t 
     float *dst = (float *)call->tensors[1] + outer_index * length * inner + position;
     const float count = (float)call->count;
     (void)count;
-    float max_src_line_lanes[OPGEN_LINES_LANES]; /* every lane set, not cleared first: see Reduction */
+    float max_src_line_lanes[OPGEN_LINES_LANES]; /* every lane read set, not cleared first: see Reduction */
     for (int lane = 0; lane < OPGEN_LINES_LANES; ++lane) {
         max_src_line_lanes[lane] = lane < lanes ? (float)values[lane * 3 + 0] : 0;
     }
@@ -253,6 +287,47 @@ static void soft_max_f32_reduce_2_columns(const opgen_lines_call *call, int64_t 
     }
 }
 
+/* pass 2 over `lanes` neighbouring lines, one per lane: a wide tile */
+static void soft_max_f32_reduce_2_wide(const opgen_lines_call *call, int64_t outer_index, int64_t position,
+                                        int lanes, double *values)
+{
+    const int64_t length = call->length, inner = call->inner;
+    const float *src = (const float *)call->tensors[0] + outer_index * length * inner + position;
+    float *dst = (float *)call->tensors[1] + outer_index * length * inner + position;
+    const float count = (float)call->count;
+    (void)count;
+    float max_src_line_lanes[OPGEN_LINES_WIDE_LANES]; /* every lane read set, not cleared first: see Reduction */
+    for (int lane = 0; lane < lanes; ++lane) {
+        max_src_line_lanes[lane] = lane < lanes ? (float)values[lane * 3 + 0] : 0;
+    }
+    double sum_exp_lanes[OPGEN_LINES_WIDE_LANES];
+    for (int lane = 0; lane < lanes; ++lane) {
+        sum_exp_lanes[lane] = (double)-0.0;
+    }
+    for (int64_t r = 0; r < length; ++r) {
+        for (int opgen_tile = 0; opgen_tile < lanes; opgen_tile += OPGEN_LINES_LANES) {
+            OPGEN_UNROLLED
+            for (int opgen_at = opgen_tile; opgen_at < opgen_tile + OPGEN_LINES_LANES; opgen_at += OPGEN_BLOCK) {
+                float src_block[OPGEN_BLOCK];
+                opgen_load_block_f32(src_block, src + r * inner + opgen_at, 0);
+                float dst_block[OPGEN_BLOCK];
+                OPGEN_SIMD_FLOAT
+                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    const float src_value = (float)src_block[lane];
+                    const float max_src_line = max_src_line_lanes[opgen_at + lane];
+                    const float sum_exp_term = opgen_exp_linef((src_value - max_src_line));
+                    sum_exp_lanes[opgen_at + lane] = sum_exp_lanes[opgen_at + lane] + (double)sum_exp_term;
+                    dst_block[lane] = sum_exp_term;
+                }
+                opgen_store_block_f32(dst + r * inner + opgen_at, dst_block, 0);
+            }
+        }
+    }
+    for (int lane = 0; lane < lanes; ++lane) {
+        values[lane * 3 + 1] = (double)(sum_exp_lanes[lane] + 0.0);
+    }
+}
+
 /* the line values pass 2 makes computable */
 static void soft_max_f32_after_2(const opgen_lines_call *call, int64_t line, double *values)
 {
@@ -312,6 +387,7 @@ static void soft_max_f32_apply(const opgen_lines_call *call, int64_t line, doubl
     }
 }
 
+
 /* the elements of `lanes` neighbouring lines, one per lane;
  * `opgen_stream` a constant in each caller (_apply_columns) */
 OPGEN_MICROKERNEL void soft_max_f32_apply_columns_of(const opgen_lines_call *call, int64_t outer_index, int64_t position,
@@ -325,7 +401,7 @@ OPGEN_MICROKERNEL void soft_max_f32_apply_columns_of(const opgen_lines_call *cal
     float *dst = (float *)call->tensors[1] + start;
     const float count = (float)call->count;
     (void)count;
-    float inv_sum_line_lanes[OPGEN_LINES_LANES]; /* every lane set, not cleared first: see Reduction */
+    float inv_sum_line_lanes[OPGEN_LINES_LANES]; /* every lane read set, not cleared first: see Reduction */
     for (int lane = 0; lane < OPGEN_LINES_LANES; ++lane) {
         inv_sum_line_lanes[lane] = lane < lanes ? (float)values[lane * 3 + 2] : 0;
     }
@@ -382,6 +458,43 @@ OPGEN_MICROKERNEL void soft_max_f32_apply_columns_of(const opgen_lines_call *cal
     }
 }
 
+/* the elements of `lanes` neighbouring lines, one per lane: a wide tile;
+ * `opgen_stream` a constant in each caller (_apply_wide) */
+OPGEN_MICROKERNEL void soft_max_f32_apply_wide_of(const opgen_lines_call *call, int64_t outer_index, int64_t position,
+                                                 int lanes, double *values, double *opgen_across, int opgen_stream)
+{
+    (void)opgen_across;
+    (void)opgen_stream;
+    const int64_t length = call->length, inner = call->inner;
+    const int64_t start = outer_index * length * inner + position;
+    const float *dst_kept = (const float *)call->tensors[1] + start;
+    float *dst = (float *)call->tensors[1] + start;
+    const float count = (float)call->count;
+    (void)count;
+    float inv_sum_line_lanes[OPGEN_LINES_WIDE_LANES]; /* every lane read set, not cleared first: see Reduction */
+    for (int lane = 0; lane < lanes; ++lane) {
+        inv_sum_line_lanes[lane] = lane < lanes ? (float)values[lane * 3 + 2] : 0;
+    }
+    for (int64_t r = 0; r < length; ++r) {
+        for (int opgen_tile = 0; opgen_tile < lanes; opgen_tile += OPGEN_LINES_LANES) {
+            OPGEN_UNROLLED
+            for (int opgen_at = opgen_tile; opgen_at < opgen_tile + OPGEN_LINES_LANES; opgen_at += OPGEN_BLOCK) {
+                float dst_kept_block[OPGEN_BLOCK];
+                opgen_load_block_f32(dst_kept_block, dst_kept + r * inner + opgen_at, 0);
+                float dst_block[OPGEN_BLOCK];
+                OPGEN_SIMD_FLOAT
+                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    const float inv_sum_line = inv_sum_line_lanes[opgen_at + lane];
+                    const float dst_kept_value = dst_kept_block[lane];
+                    const float dst_value = (dst_kept_value * inv_sum_line);
+                    dst_block[lane] = (float)dst_value;
+                }
+                opgen_store_block_f32(dst + r * inner + opgen_at, dst_block, 0);
+            }
+        }
+    }
+}
+
 static void soft_max_f32_apply_columns(const opgen_lines_call *call, int64_t outer_index, int64_t position, int lanes,
                                 double *values, double *opgen_across)
 {
@@ -390,6 +503,13 @@ static void soft_max_f32_apply_columns(const opgen_lines_call *call, int64_t out
     } else {
         soft_max_f32_apply_columns_of(call, outer_index, position, lanes, values, opgen_across, 0);
     }
+}
+
+/* wide tiles: for streamed calls alone (opgen_lines.c) */
+static void soft_max_f32_apply_wide(const opgen_lines_call *call, int64_t outer_index, int64_t position, int lanes,
+                             double *values, double *opgen_across)
+{
+    soft_max_f32_apply_wide_of(call, outer_index, position, lanes, values, opgen_across, 1);
 }
 #if OPGEN_LINES_SHORT
 
@@ -581,8 +701,10 @@ static OPGEN_FLATTEN void soft_max_f32_lines(const opgen_lines_call *opgen_call,
 void OPGEN_KERNEL(soft_max_f32)(const float *OPGEN_RESTRICT src, float *OPGEN_RESTRICT dst, int64_t outer, int64_t length, int64_t inner)
 {
     static const opgen_lines_pass passes[] = {
-        { soft_max_f32_reduce_1, soft_max_f32_reduce_1_columns, NULL },
-        { soft_max_f32_reduce_2, soft_max_f32_reduce_2_columns, soft_max_f32_after_2 },
+        { soft_max_f32_reduce_1, soft_max_f32_reduce_1_columns, soft_max_f32_reduce_1_wide,
+          NULL },
+        { soft_max_f32_reduce_2, soft_max_f32_reduce_2_columns, soft_max_f32_reduce_2_wide,
+          soft_max_f32_after_2 },
     };
     static const opgen_lines_kernel kernel = {
         .value_count = 3,
@@ -590,6 +712,7 @@ void OPGEN_KERNEL(soft_max_f32)(const float *OPGEN_RESTRICT src, float *OPGEN_RE
         .pass_count = 2,
         .passes = passes,
         .apply_columns = soft_max_f32_apply_columns,
+        .apply_wide = soft_max_f32_apply_wide,
         .lines = soft_max_f32_lines,
         .store = NULL,
         .across_count = 0,
@@ -657,6 +780,7 @@ static void soft_max_bf16_reduce_1(const opgen_lines_call *call, int64_t line, d
     values[0] = (double)max_src_lanes[0];
 }
 
+
 /* pass 1 over `lanes` neighbouring lines, one per lane */
 static void soft_max_bf16_reduce_1_columns(const opgen_lines_call *call, int64_t outer_index, int64_t position,
                                         int lanes, double *values)
@@ -721,6 +845,38 @@ static void soft_max_bf16_reduce_1_columns(const opgen_lines_call *call, int64_t
     }
 }
 
+/* pass 1 over `lanes` neighbouring lines, one per lane: a wide tile */
+static void soft_max_bf16_reduce_1_wide(const opgen_lines_call *call, int64_t outer_index, int64_t position,
+                                        int lanes, double *values)
+{
+    const int64_t length = call->length, inner = call->inner;
+    const opgen_bf16 *src = (const opgen_bf16 *)call->tensors[0] + outer_index * length * inner + position;
+    const float count = (float)call->count;
+    (void)count;
+    float max_src_lanes[OPGEN_LINES_WIDE_LANES];
+    for (int lane = 0; lane < lanes; ++lane) {
+        max_src_lanes[lane] = (float)-INFINITY;
+    }
+    for (int64_t r = 0; r < length; ++r) {
+        for (int opgen_tile = 0; opgen_tile < lanes; opgen_tile += OPGEN_LINES_LANES) {
+            OPGEN_UNROLLED
+            for (int opgen_at = opgen_tile; opgen_at < opgen_tile + OPGEN_LINES_LANES; opgen_at += OPGEN_BLOCK) {
+                float src_block[OPGEN_BLOCK];
+                opgen_load_block_bf16(src_block, src + r * inner + opgen_at, 0);
+                OPGEN_SIMD_FLOAT
+                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    const float src_value = (float)src_block[lane];
+                    const float max_src_term = src_value;
+                    max_src_lanes[opgen_at + lane] = opgen_lines_max_float(max_src_lanes[opgen_at + lane], (float)max_src_term);
+                }
+            }
+        }
+    }
+    for (int lane = 0; lane < lanes; ++lane) {
+        values[lane * 3 + 0] = (double)max_src_lanes[lane];
+    }
+}
+
 /* pass 2 over a contiguous line: sum_exp */
 static void soft_max_bf16_reduce_2(const opgen_lines_call *call, int64_t line, double *values)
 {
@@ -778,6 +934,7 @@ static void soft_max_bf16_reduce_2(const opgen_lines_call *call, int64_t line, d
     values[1] = (double)(sum_exp_lanes[0] + 0.0);
 }
 
+
 /* pass 2 over `lanes` neighbouring lines, one per lane */
 static void soft_max_bf16_reduce_2_columns(const opgen_lines_call *call, int64_t outer_index, int64_t position,
                                         int lanes, double *values)
@@ -786,7 +943,7 @@ static void soft_max_bf16_reduce_2_columns(const opgen_lines_call *call, int64_t
     const opgen_bf16 *src = (const opgen_bf16 *)call->tensors[0] + outer_index * length * inner + position;
     const float count = (float)call->count;
     (void)count;
-    float max_src_line_lanes[OPGEN_LINES_LANES]; /* every lane set, not cleared first: see Reduction */
+    float max_src_line_lanes[OPGEN_LINES_LANES]; /* every lane read set, not cleared first: see Reduction */
     for (int lane = 0; lane < OPGEN_LINES_LANES; ++lane) {
         max_src_line_lanes[lane] = lane < lanes ? (float)values[lane * 3 + 0] : 0;
     }
@@ -842,6 +999,43 @@ static void soft_max_bf16_reduce_2_columns(const opgen_lines_call *call, int64_t
                 }
             }
             memcpy(sum_exp_lanes + opgen_at, sum_exp_block_lanes, sizeof sum_exp_block_lanes);
+        }
+    }
+    for (int lane = 0; lane < lanes; ++lane) {
+        values[lane * 3 + 1] = (double)(sum_exp_lanes[lane] + 0.0);
+    }
+}
+
+/* pass 2 over `lanes` neighbouring lines, one per lane: a wide tile */
+static void soft_max_bf16_reduce_2_wide(const opgen_lines_call *call, int64_t outer_index, int64_t position,
+                                        int lanes, double *values)
+{
+    const int64_t length = call->length, inner = call->inner;
+    const opgen_bf16 *src = (const opgen_bf16 *)call->tensors[0] + outer_index * length * inner + position;
+    const float count = (float)call->count;
+    (void)count;
+    float max_src_line_lanes[OPGEN_LINES_WIDE_LANES]; /* every lane read set, not cleared first: see Reduction */
+    for (int lane = 0; lane < lanes; ++lane) {
+        max_src_line_lanes[lane] = lane < lanes ? (float)values[lane * 3 + 0] : 0;
+    }
+    double sum_exp_lanes[OPGEN_LINES_WIDE_LANES];
+    for (int lane = 0; lane < lanes; ++lane) {
+        sum_exp_lanes[lane] = (double)-0.0;
+    }
+    for (int64_t r = 0; r < length; ++r) {
+        for (int opgen_tile = 0; opgen_tile < lanes; opgen_tile += OPGEN_LINES_LANES) {
+            OPGEN_UNROLLED
+            for (int opgen_at = opgen_tile; opgen_at < opgen_tile + OPGEN_LINES_LANES; opgen_at += OPGEN_BLOCK) {
+                float src_block[OPGEN_BLOCK];
+                opgen_load_block_bf16(src_block, src + r * inner + opgen_at, 0);
+                OPGEN_SIMD_FLOAT
+                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    const float src_value = (float)src_block[lane];
+                    const float max_src_line = max_src_line_lanes[opgen_at + lane];
+                    const float sum_exp_term = opgen_exp_linef((src_value - max_src_line));
+                    sum_exp_lanes[opgen_at + lane] = sum_exp_lanes[opgen_at + lane] + (double)sum_exp_term;
+                }
+            }
         }
     }
     for (int lane = 0; lane < lanes; ++lane) {
@@ -940,6 +1134,7 @@ static void soft_max_bf16_apply(const opgen_lines_call *call, int64_t line, doub
     }
 }
 
+
 /* the elements of `lanes` neighbouring lines, one per lane;
  * `opgen_stream` a constant in each caller (_apply_columns) */
 OPGEN_MICROKERNEL void soft_max_bf16_apply_columns_of(const opgen_lines_call *call, int64_t outer_index, int64_t position,
@@ -953,11 +1148,11 @@ OPGEN_MICROKERNEL void soft_max_bf16_apply_columns_of(const opgen_lines_call *ca
     opgen_bf16 *dst = (opgen_bf16 *)call->tensors[1] + start;
     const float count = (float)call->count;
     (void)count;
-    float max_src_line_lanes[OPGEN_LINES_LANES]; /* every lane set, not cleared first: see Reduction */
+    float max_src_line_lanes[OPGEN_LINES_LANES]; /* every lane read set, not cleared first: see Reduction */
     for (int lane = 0; lane < OPGEN_LINES_LANES; ++lane) {
         max_src_line_lanes[lane] = lane < lanes ? (float)values[lane * 3 + 0] : 0;
     }
-    float inv_sum_line_lanes[OPGEN_LINES_LANES]; /* every lane set, not cleared first: see Reduction */
+    float inv_sum_line_lanes[OPGEN_LINES_LANES]; /* every lane read set, not cleared first: see Reduction */
     for (int lane = 0; lane < OPGEN_LINES_LANES; ++lane) {
         inv_sum_line_lanes[lane] = lane < lanes ? (float)values[lane * 3 + 2] : 0;
     }
@@ -1017,6 +1212,48 @@ OPGEN_MICROKERNEL void soft_max_bf16_apply_columns_of(const opgen_lines_call *ca
     }
 }
 
+/* the elements of `lanes` neighbouring lines, one per lane: a wide tile;
+ * `opgen_stream` a constant in each caller (_apply_wide) */
+OPGEN_MICROKERNEL void soft_max_bf16_apply_wide_of(const opgen_lines_call *call, int64_t outer_index, int64_t position,
+                                                  int lanes, double *values, double *opgen_across, int opgen_stream)
+{
+    (void)opgen_across;
+    (void)opgen_stream;
+    const int64_t length = call->length, inner = call->inner;
+    const int64_t start = outer_index * length * inner + position;
+    const opgen_bf16 *src = (const opgen_bf16 *)call->tensors[0] + start;
+    opgen_bf16 *dst = (opgen_bf16 *)call->tensors[1] + start;
+    const float count = (float)call->count;
+    (void)count;
+    float max_src_line_lanes[OPGEN_LINES_WIDE_LANES]; /* every lane read set, not cleared first: see Reduction */
+    for (int lane = 0; lane < lanes; ++lane) {
+        max_src_line_lanes[lane] = lane < lanes ? (float)values[lane * 3 + 0] : 0;
+    }
+    float inv_sum_line_lanes[OPGEN_LINES_WIDE_LANES]; /* every lane read set, not cleared first: see Reduction */
+    for (int lane = 0; lane < lanes; ++lane) {
+        inv_sum_line_lanes[lane] = lane < lanes ? (float)values[lane * 3 + 2] : 0;
+    }
+    for (int64_t r = 0; r < length; ++r) {
+        for (int opgen_tile = 0; opgen_tile < lanes; opgen_tile += OPGEN_LINES_LANES) {
+            OPGEN_UNROLLED
+            for (int opgen_at = opgen_tile; opgen_at < opgen_tile + OPGEN_LINES_LANES; opgen_at += OPGEN_BLOCK) {
+                float src_block[OPGEN_BLOCK];
+                opgen_load_block_bf16(src_block, src + r * inner + opgen_at, 0);
+                float dst_block[OPGEN_BLOCK];
+                OPGEN_SIMD_FLOAT
+                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    const float src_value = (float)src_block[lane];
+                    const float max_src_line = max_src_line_lanes[opgen_at + lane];
+                    const float inv_sum_line = inv_sum_line_lanes[opgen_at + lane];
+                    const float dst_value = (opgen_exp_linef((src_value - max_src_line)) * inv_sum_line);
+                    dst_block[lane] = (float)dst_value;
+                }
+                opgen_store_block_bf16(dst + r * inner + opgen_at, dst_block, opgen_stream);
+            }
+        }
+    }
+}
+
 static void soft_max_bf16_apply_columns(const opgen_lines_call *call, int64_t outer_index, int64_t position, int lanes,
                                 double *values, double *opgen_across)
 {
@@ -1025,6 +1262,13 @@ static void soft_max_bf16_apply_columns(const opgen_lines_call *call, int64_t ou
     } else {
         soft_max_bf16_apply_columns_of(call, outer_index, position, lanes, values, opgen_across, 0);
     }
+}
+
+/* wide tiles: for streamed calls alone (opgen_lines.c) */
+static void soft_max_bf16_apply_wide(const opgen_lines_call *call, int64_t outer_index, int64_t position, int lanes,
+                             double *values, double *opgen_across)
+{
+    soft_max_bf16_apply_wide_of(call, outer_index, position, lanes, values, opgen_across, 1);
 }
 #if OPGEN_LINES_SHORT
 
@@ -1227,8 +1471,10 @@ static OPGEN_FLATTEN void soft_max_bf16_lines(const opgen_lines_call *opgen_call
 void OPGEN_KERNEL(soft_max_bf16)(const opgen_bf16 *OPGEN_RESTRICT src, opgen_bf16 *OPGEN_RESTRICT dst, int64_t outer, int64_t length, int64_t inner)
 {
     static const opgen_lines_pass passes[] = {
-        { soft_max_bf16_reduce_1, soft_max_bf16_reduce_1_columns, NULL },
-        { soft_max_bf16_reduce_2, soft_max_bf16_reduce_2_columns, soft_max_bf16_after_2 },
+        { soft_max_bf16_reduce_1, soft_max_bf16_reduce_1_columns, soft_max_bf16_reduce_1_wide,
+          NULL },
+        { soft_max_bf16_reduce_2, soft_max_bf16_reduce_2_columns, soft_max_bf16_reduce_2_wide,
+          soft_max_bf16_after_2 },
     };
     static const opgen_lines_kernel kernel = {
         .value_count = 3,
@@ -1236,6 +1482,7 @@ void OPGEN_KERNEL(soft_max_bf16)(const opgen_bf16 *OPGEN_RESTRICT src, opgen_bf1
         .pass_count = 2,
         .passes = passes,
         .apply_columns = soft_max_bf16_apply_columns,
+        .apply_wide = soft_max_bf16_apply_wide,
         .lines = soft_max_bf16_lines,
         .store = NULL,
         .across_count = 0,
@@ -1303,6 +1550,7 @@ static void soft_max_f16_reduce_1(const opgen_lines_call *call, int64_t line, do
     values[0] = (double)max_src_lanes[0];
 }
 
+
 /* pass 1 over `lanes` neighbouring lines, one per lane */
 static void soft_max_f16_reduce_1_columns(const opgen_lines_call *call, int64_t outer_index, int64_t position,
                                         int lanes, double *values)
@@ -1367,6 +1615,38 @@ static void soft_max_f16_reduce_1_columns(const opgen_lines_call *call, int64_t 
     }
 }
 
+/* pass 1 over `lanes` neighbouring lines, one per lane: a wide tile */
+static void soft_max_f16_reduce_1_wide(const opgen_lines_call *call, int64_t outer_index, int64_t position,
+                                        int lanes, double *values)
+{
+    const int64_t length = call->length, inner = call->inner;
+    const opgen_f16 *src = (const opgen_f16 *)call->tensors[0] + outer_index * length * inner + position;
+    const float count = (float)call->count;
+    (void)count;
+    float max_src_lanes[OPGEN_LINES_WIDE_LANES];
+    for (int lane = 0; lane < lanes; ++lane) {
+        max_src_lanes[lane] = (float)-INFINITY;
+    }
+    for (int64_t r = 0; r < length; ++r) {
+        for (int opgen_tile = 0; opgen_tile < lanes; opgen_tile += OPGEN_LINES_LANES) {
+            OPGEN_UNROLLED
+            for (int opgen_at = opgen_tile; opgen_at < opgen_tile + OPGEN_LINES_LANES; opgen_at += OPGEN_BLOCK) {
+                float src_block[OPGEN_BLOCK];
+                opgen_load_block_f16(src_block, src + r * inner + opgen_at, 0);
+                OPGEN_SIMD_FLOAT
+                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    const float src_value = (float)src_block[lane];
+                    const float max_src_term = src_value;
+                    max_src_lanes[opgen_at + lane] = opgen_lines_max_float(max_src_lanes[opgen_at + lane], (float)max_src_term);
+                }
+            }
+        }
+    }
+    for (int lane = 0; lane < lanes; ++lane) {
+        values[lane * 3 + 0] = (double)max_src_lanes[lane];
+    }
+}
+
 /* pass 2 over a contiguous line: sum_exp */
 static void soft_max_f16_reduce_2(const opgen_lines_call *call, int64_t line, double *values)
 {
@@ -1424,6 +1704,7 @@ static void soft_max_f16_reduce_2(const opgen_lines_call *call, int64_t line, do
     values[1] = (double)(sum_exp_lanes[0] + 0.0);
 }
 
+
 /* pass 2 over `lanes` neighbouring lines, one per lane */
 static void soft_max_f16_reduce_2_columns(const opgen_lines_call *call, int64_t outer_index, int64_t position,
                                         int lanes, double *values)
@@ -1432,7 +1713,7 @@ static void soft_max_f16_reduce_2_columns(const opgen_lines_call *call, int64_t 
     const opgen_f16 *src = (const opgen_f16 *)call->tensors[0] + outer_index * length * inner + position;
     const float count = (float)call->count;
     (void)count;
-    float max_src_line_lanes[OPGEN_LINES_LANES]; /* every lane set, not cleared first: see Reduction */
+    float max_src_line_lanes[OPGEN_LINES_LANES]; /* every lane read set, not cleared first: see Reduction */
     for (int lane = 0; lane < OPGEN_LINES_LANES; ++lane) {
         max_src_line_lanes[lane] = lane < lanes ? (float)values[lane * 3 + 0] : 0;
     }
@@ -1488,6 +1769,43 @@ static void soft_max_f16_reduce_2_columns(const opgen_lines_call *call, int64_t 
                 }
             }
             memcpy(sum_exp_lanes + opgen_at, sum_exp_block_lanes, sizeof sum_exp_block_lanes);
+        }
+    }
+    for (int lane = 0; lane < lanes; ++lane) {
+        values[lane * 3 + 1] = (double)(sum_exp_lanes[lane] + 0.0);
+    }
+}
+
+/* pass 2 over `lanes` neighbouring lines, one per lane: a wide tile */
+static void soft_max_f16_reduce_2_wide(const opgen_lines_call *call, int64_t outer_index, int64_t position,
+                                        int lanes, double *values)
+{
+    const int64_t length = call->length, inner = call->inner;
+    const opgen_f16 *src = (const opgen_f16 *)call->tensors[0] + outer_index * length * inner + position;
+    const float count = (float)call->count;
+    (void)count;
+    float max_src_line_lanes[OPGEN_LINES_WIDE_LANES]; /* every lane read set, not cleared first: see Reduction */
+    for (int lane = 0; lane < lanes; ++lane) {
+        max_src_line_lanes[lane] = lane < lanes ? (float)values[lane * 3 + 0] : 0;
+    }
+    double sum_exp_lanes[OPGEN_LINES_WIDE_LANES];
+    for (int lane = 0; lane < lanes; ++lane) {
+        sum_exp_lanes[lane] = (double)-0.0;
+    }
+    for (int64_t r = 0; r < length; ++r) {
+        for (int opgen_tile = 0; opgen_tile < lanes; opgen_tile += OPGEN_LINES_LANES) {
+            OPGEN_UNROLLED
+            for (int opgen_at = opgen_tile; opgen_at < opgen_tile + OPGEN_LINES_LANES; opgen_at += OPGEN_BLOCK) {
+                float src_block[OPGEN_BLOCK];
+                opgen_load_block_f16(src_block, src + r * inner + opgen_at, 0);
+                OPGEN_SIMD_FLOAT
+                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    const float src_value = (float)src_block[lane];
+                    const float max_src_line = max_src_line_lanes[opgen_at + lane];
+                    const float sum_exp_term = opgen_exp_linef((src_value - max_src_line));
+                    sum_exp_lanes[opgen_at + lane] = sum_exp_lanes[opgen_at + lane] + (double)sum_exp_term;
+                }
+            }
         }
     }
     for (int lane = 0; lane < lanes; ++lane) {
@@ -1586,6 +1904,7 @@ static void soft_max_f16_apply(const opgen_lines_call *call, int64_t line, doubl
     }
 }
 
+
 /* the elements of `lanes` neighbouring lines, one per lane;
  * `opgen_stream` a constant in each caller (_apply_columns) */
 OPGEN_MICROKERNEL void soft_max_f16_apply_columns_of(const opgen_lines_call *call, int64_t outer_index, int64_t position,
@@ -1599,11 +1918,11 @@ OPGEN_MICROKERNEL void soft_max_f16_apply_columns_of(const opgen_lines_call *cal
     opgen_f16 *dst = (opgen_f16 *)call->tensors[1] + start;
     const float count = (float)call->count;
     (void)count;
-    float max_src_line_lanes[OPGEN_LINES_LANES]; /* every lane set, not cleared first: see Reduction */
+    float max_src_line_lanes[OPGEN_LINES_LANES]; /* every lane read set, not cleared first: see Reduction */
     for (int lane = 0; lane < OPGEN_LINES_LANES; ++lane) {
         max_src_line_lanes[lane] = lane < lanes ? (float)values[lane * 3 + 0] : 0;
     }
-    float inv_sum_line_lanes[OPGEN_LINES_LANES]; /* every lane set, not cleared first: see Reduction */
+    float inv_sum_line_lanes[OPGEN_LINES_LANES]; /* every lane read set, not cleared first: see Reduction */
     for (int lane = 0; lane < OPGEN_LINES_LANES; ++lane) {
         inv_sum_line_lanes[lane] = lane < lanes ? (float)values[lane * 3 + 2] : 0;
     }
@@ -1663,6 +1982,48 @@ OPGEN_MICROKERNEL void soft_max_f16_apply_columns_of(const opgen_lines_call *cal
     }
 }
 
+/* the elements of `lanes` neighbouring lines, one per lane: a wide tile;
+ * `opgen_stream` a constant in each caller (_apply_wide) */
+OPGEN_MICROKERNEL void soft_max_f16_apply_wide_of(const opgen_lines_call *call, int64_t outer_index, int64_t position,
+                                                 int lanes, double *values, double *opgen_across, int opgen_stream)
+{
+    (void)opgen_across;
+    (void)opgen_stream;
+    const int64_t length = call->length, inner = call->inner;
+    const int64_t start = outer_index * length * inner + position;
+    const opgen_f16 *src = (const opgen_f16 *)call->tensors[0] + start;
+    opgen_f16 *dst = (opgen_f16 *)call->tensors[1] + start;
+    const float count = (float)call->count;
+    (void)count;
+    float max_src_line_lanes[OPGEN_LINES_WIDE_LANES]; /* every lane read set, not cleared first: see Reduction */
+    for (int lane = 0; lane < lanes; ++lane) {
+        max_src_line_lanes[lane] = lane < lanes ? (float)values[lane * 3 + 0] : 0;
+    }
+    float inv_sum_line_lanes[OPGEN_LINES_WIDE_LANES]; /* every lane read set, not cleared first: see Reduction */
+    for (int lane = 0; lane < lanes; ++lane) {
+        inv_sum_line_lanes[lane] = lane < lanes ? (float)values[lane * 3 + 2] : 0;
+    }
+    for (int64_t r = 0; r < length; ++r) {
+        for (int opgen_tile = 0; opgen_tile < lanes; opgen_tile += OPGEN_LINES_LANES) {
+            OPGEN_UNROLLED
+            for (int opgen_at = opgen_tile; opgen_at < opgen_tile + OPGEN_LINES_LANES; opgen_at += OPGEN_BLOCK) {
+                float src_block[OPGEN_BLOCK];
+                opgen_load_block_f16(src_block, src + r * inner + opgen_at, 0);
+                float dst_block[OPGEN_BLOCK];
+                OPGEN_SIMD_FLOAT
+                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    const float src_value = (float)src_block[lane];
+                    const float max_src_line = max_src_line_lanes[opgen_at + lane];
+                    const float inv_sum_line = inv_sum_line_lanes[opgen_at + lane];
+                    const float dst_value = (opgen_exp_linef((src_value - max_src_line)) * inv_sum_line);
+                    dst_block[lane] = (float)dst_value;
+                }
+                opgen_store_block_f16(dst + r * inner + opgen_at, dst_block, opgen_stream);
+            }
+        }
+    }
+}
+
 static void soft_max_f16_apply_columns(const opgen_lines_call *call, int64_t outer_index, int64_t position, int lanes,
                                 double *values, double *opgen_across)
 {
@@ -1671,6 +2032,13 @@ static void soft_max_f16_apply_columns(const opgen_lines_call *call, int64_t out
     } else {
         soft_max_f16_apply_columns_of(call, outer_index, position, lanes, values, opgen_across, 0);
     }
+}
+
+/* wide tiles: for streamed calls alone (opgen_lines.c) */
+static void soft_max_f16_apply_wide(const opgen_lines_call *call, int64_t outer_index, int64_t position, int lanes,
+                             double *values, double *opgen_across)
+{
+    soft_max_f16_apply_wide_of(call, outer_index, position, lanes, values, opgen_across, 1);
 }
 #if OPGEN_LINES_SHORT
 
@@ -1873,8 +2241,10 @@ static OPGEN_FLATTEN void soft_max_f16_lines(const opgen_lines_call *opgen_call,
 void OPGEN_KERNEL(soft_max_f16)(const opgen_f16 *OPGEN_RESTRICT src, opgen_f16 *OPGEN_RESTRICT dst, int64_t outer, int64_t length, int64_t inner)
 {
     static const opgen_lines_pass passes[] = {
-        { soft_max_f16_reduce_1, soft_max_f16_reduce_1_columns, NULL },
-        { soft_max_f16_reduce_2, soft_max_f16_reduce_2_columns, soft_max_f16_after_2 },
+        { soft_max_f16_reduce_1, soft_max_f16_reduce_1_columns, soft_max_f16_reduce_1_wide,
+          NULL },
+        { soft_max_f16_reduce_2, soft_max_f16_reduce_2_columns, soft_max_f16_reduce_2_wide,
+          soft_max_f16_after_2 },
     };
     static const opgen_lines_kernel kernel = {
         .value_count = 3,
@@ -1882,6 +2252,7 @@ void OPGEN_KERNEL(soft_max_f16)(const opgen_f16 *OPGEN_RESTRICT src, opgen_f16 *
         .pass_count = 2,
         .passes = passes,
         .apply_columns = soft_max_f16_apply_columns,
+        .apply_wide = soft_max_f16_apply_wide,
         .lines = soft_max_f16_lines,
         .store = NULL,
         .across_count = 0,

@@ -73,6 +73,7 @@ static void soft_max_backward_f32_reduce_1(const opgen_lines_call *call, int64_t
     values[0] = (double)(dot_lanes[0] + 0.0);
 }
 
+
 /* pass 1 over `lanes` neighbouring lines, one per lane */
 static void soft_max_backward_f32_reduce_1_columns(const opgen_lines_call *call, int64_t outer_index, int64_t position,
                                         int lanes, double *values)
@@ -140,6 +141,42 @@ static void soft_max_backward_f32_reduce_1_columns(const opgen_lines_call *call,
                 }
             }
             memcpy(dot_lanes + opgen_at, dot_block_lanes, sizeof dot_block_lanes);
+        }
+    }
+    for (int lane = 0; lane < lanes; ++lane) {
+        values[lane * 1 + 0] = (double)(dot_lanes[lane] + 0.0);
+    }
+}
+
+/* pass 1 over `lanes` neighbouring lines, one per lane: a wide tile */
+static void soft_max_backward_f32_reduce_1_wide(const opgen_lines_call *call, int64_t outer_index, int64_t position,
+                                        int lanes, double *values)
+{
+    const int64_t length = call->length, inner = call->inner;
+    const float *diff_dst = (const float *)call->tensors[0] + outer_index * length * inner + position;
+    const float *dst = (const float *)call->tensors[1] + outer_index * length * inner + position;
+    const double count = (double)call->count;
+    (void)count;
+    double dot_lanes[OPGEN_LINES_WIDE_LANES];
+    for (int lane = 0; lane < lanes; ++lane) {
+        dot_lanes[lane] = (double)-0.0;
+    }
+    for (int64_t r = 0; r < length; ++r) {
+        for (int opgen_tile = 0; opgen_tile < lanes; opgen_tile += OPGEN_LINES_LANES) {
+            OPGEN_UNROLLED
+            for (int opgen_at = opgen_tile; opgen_at < opgen_tile + OPGEN_LINES_LANES; opgen_at += OPGEN_BLOCK) {
+                float diff_dst_block[OPGEN_BLOCK];
+                opgen_load_block_f32(diff_dst_block, diff_dst + r * inner + opgen_at, 0);
+                float dst_block[OPGEN_BLOCK];
+                opgen_load_block_f32(dst_block, dst + r * inner + opgen_at, 0);
+                OPGEN_SIMD_FLOAT
+                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    const double diff_dst_value = (double)diff_dst_block[lane];
+                    const double dst_value = (double)dst_block[lane];
+                    const double dot_term = (diff_dst_value * dst_value);
+                    dot_lanes[opgen_at + lane] = dot_lanes[opgen_at + lane] + (double)dot_term;
+                }
+            }
         }
     }
     for (int lane = 0; lane < lanes; ++lane) {
@@ -226,6 +263,7 @@ static void soft_max_backward_f32_apply(const opgen_lines_call *call, int64_t li
     }
 }
 
+
 /* the elements of `lanes` neighbouring lines, one per lane;
  * `opgen_stream` a constant in each caller (_apply_columns) */
 OPGEN_MICROKERNEL void soft_max_backward_f32_apply_columns_of(const opgen_lines_call *call, int64_t outer_index, int64_t position,
@@ -240,7 +278,7 @@ OPGEN_MICROKERNEL void soft_max_backward_f32_apply_columns_of(const opgen_lines_
     float *diff_src = (float *)call->tensors[2] + start;
     const double count = (double)call->count;
     (void)count;
-    double dot_line_lanes[OPGEN_LINES_LANES]; /* every lane set, not cleared first: see Reduction */
+    double dot_line_lanes[OPGEN_LINES_LANES]; /* every lane read set, not cleared first: see Reduction */
     for (int lane = 0; lane < OPGEN_LINES_LANES; ++lane) {
         dot_line_lanes[lane] = lane < lanes ? (double)values[lane * 1 + 0] : 0;
     }
@@ -343,6 +381,62 @@ OPGEN_MICROKERNEL void soft_max_backward_f32_apply_columns_of(const opgen_lines_
     }
 }
 
+/* the elements of `lanes` neighbouring lines, one per lane: a wide tile;
+ * `opgen_stream` a constant in each caller (_apply_wide) */
+OPGEN_MICROKERNEL void soft_max_backward_f32_apply_wide_of(const opgen_lines_call *call, int64_t outer_index, int64_t position,
+                                                          int lanes, double *values, double *opgen_across, int opgen_stream)
+{
+    (void)opgen_across;
+    (void)opgen_stream;
+    const int64_t length = call->length, inner = call->inner;
+    const int64_t start = outer_index * length * inner + position;
+    const float *diff_dst = (const float *)call->tensors[0] + start;
+    const float *dst = (const float *)call->tensors[1] + start;
+    float *diff_src = (float *)call->tensors[2] + start;
+    const double count = (double)call->count;
+    (void)count;
+    double dot_line_lanes[OPGEN_LINES_WIDE_LANES]; /* every lane read set, not cleared first: see Reduction */
+    for (int lane = 0; lane < lanes; ++lane) {
+        dot_line_lanes[lane] = lane < lanes ? (double)values[lane * 1 + 0] : 0;
+    }
+    float dot_line_float_lanes[OPGEN_LINES_WIDE_LANES];
+    for (int lane = 0; lane < lanes; ++lane) {
+        dot_line_float_lanes[lane] = (float)dot_line_lanes[lane];
+    }
+    for (int64_t r = 0; r < length; ++r) {
+        for (int opgen_tile = 0; opgen_tile < lanes; opgen_tile += OPGEN_LINES_LANES) {
+            OPGEN_UNROLLED
+            for (int opgen_at = opgen_tile; opgen_at < opgen_tile + OPGEN_LINES_LANES; opgen_at += OPGEN_BLOCK) {
+                float diff_dst_block[OPGEN_BLOCK];
+                opgen_load_block_f32(diff_dst_block, diff_dst + r * inner + opgen_at, 0);
+                float dst_block[OPGEN_BLOCK];
+                opgen_load_block_f32(dst_block, dst + r * inner + opgen_at, 0);
+                float diff_src_block[OPGEN_BLOCK];
+                OPGEN_SIMD_FLOAT
+                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    const float diff_dst_value = (float)diff_dst_block[lane];
+                    const float dst_value = (float)dst_block[lane];
+                    const float dot_line_float = dot_line_float_lanes[opgen_at + lane];
+                    const float diff_src_value = (dst_value * (diff_dst_value - dot_line_float));
+                    diff_src_block[lane] = (float)diff_src_value;
+                }
+                /* an intermediate left float's range (or an input is not finite): in double */
+                if (!(opgen_all_finite(diff_src_block, OPGEN_BLOCK))) {
+                    OPGEN_SIMD_FLOAT
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        const double diff_dst_value = (double)diff_dst_block[lane];
+                        const double dst_value = (double)dst_block[lane];
+                        const double dot_line = dot_line_lanes[opgen_at + lane];
+                        const double diff_src_value = (dst_value * (diff_dst_value - dot_line));
+                        diff_src_block[lane] = (float)diff_src_value;
+                    }
+                }
+                opgen_store_block_f32(diff_src + r * inner + opgen_at, diff_src_block, opgen_stream);
+            }
+        }
+    }
+}
+
 static void soft_max_backward_f32_apply_columns(const opgen_lines_call *call, int64_t outer_index, int64_t position, int lanes,
                                 double *values, double *opgen_across)
 {
@@ -351,6 +445,13 @@ static void soft_max_backward_f32_apply_columns(const opgen_lines_call *call, in
     } else {
         soft_max_backward_f32_apply_columns_of(call, outer_index, position, lanes, values, opgen_across, 0);
     }
+}
+
+/* wide tiles: for streamed calls alone (opgen_lines.c) */
+static void soft_max_backward_f32_apply_wide(const opgen_lines_call *call, int64_t outer_index, int64_t position, int lanes,
+                             double *values, double *opgen_across)
+{
+    soft_max_backward_f32_apply_wide_of(call, outer_index, position, lanes, values, opgen_across, 1);
 }
 #if OPGEN_LINES_SHORT
 
@@ -522,7 +623,8 @@ static OPGEN_FLATTEN void soft_max_backward_f32_lines(const opgen_lines_call *op
 void OPGEN_KERNEL(soft_max_backward_f32)(const float *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT dst, float *OPGEN_RESTRICT diff_src, int64_t outer, int64_t length, int64_t inner)
 {
     static const opgen_lines_pass passes[] = {
-        { soft_max_backward_f32_reduce_1, soft_max_backward_f32_reduce_1_columns, NULL },
+        { soft_max_backward_f32_reduce_1, soft_max_backward_f32_reduce_1_columns, soft_max_backward_f32_reduce_1_wide,
+          NULL },
     };
     static const opgen_lines_kernel kernel = {
         .value_count = 1,
@@ -530,6 +632,7 @@ void OPGEN_KERNEL(soft_max_backward_f32)(const float *OPGEN_RESTRICT diff_dst, c
         .pass_count = 1,
         .passes = passes,
         .apply_columns = soft_max_backward_f32_apply_columns,
+        .apply_wide = soft_max_backward_f32_apply_wide,
         .lines = soft_max_backward_f32_lines,
         .store = NULL,
         .across_count = 0,
@@ -604,6 +707,7 @@ static void soft_max_backward_bf16_reduce_1(const opgen_lines_call *call, int64_
     values[0] = (double)(dot_lanes[0] + 0.0);
 }
 
+
 /* pass 1 over `lanes` neighbouring lines, one per lane */
 static void soft_max_backward_bf16_reduce_1_columns(const opgen_lines_call *call, int64_t outer_index, int64_t position,
                                         int lanes, double *values)
@@ -671,6 +775,42 @@ static void soft_max_backward_bf16_reduce_1_columns(const opgen_lines_call *call
                 }
             }
             memcpy(dot_lanes + opgen_at, dot_block_lanes, sizeof dot_block_lanes);
+        }
+    }
+    for (int lane = 0; lane < lanes; ++lane) {
+        values[lane * 1 + 0] = (double)(dot_lanes[lane] + 0.0);
+    }
+}
+
+/* pass 1 over `lanes` neighbouring lines, one per lane: a wide tile */
+static void soft_max_backward_bf16_reduce_1_wide(const opgen_lines_call *call, int64_t outer_index, int64_t position,
+                                        int lanes, double *values)
+{
+    const int64_t length = call->length, inner = call->inner;
+    const opgen_bf16 *diff_dst = (const opgen_bf16 *)call->tensors[0] + outer_index * length * inner + position;
+    const opgen_bf16 *dst = (const opgen_bf16 *)call->tensors[1] + outer_index * length * inner + position;
+    const double count = (double)call->count;
+    (void)count;
+    double dot_lanes[OPGEN_LINES_WIDE_LANES];
+    for (int lane = 0; lane < lanes; ++lane) {
+        dot_lanes[lane] = (double)-0.0;
+    }
+    for (int64_t r = 0; r < length; ++r) {
+        for (int opgen_tile = 0; opgen_tile < lanes; opgen_tile += OPGEN_LINES_LANES) {
+            OPGEN_UNROLLED
+            for (int opgen_at = opgen_tile; opgen_at < opgen_tile + OPGEN_LINES_LANES; opgen_at += OPGEN_BLOCK) {
+                float diff_dst_block[OPGEN_BLOCK];
+                opgen_load_block_bf16(diff_dst_block, diff_dst + r * inner + opgen_at, 0);
+                float dst_block[OPGEN_BLOCK];
+                opgen_load_block_bf16(dst_block, dst + r * inner + opgen_at, 0);
+                OPGEN_SIMD_FLOAT
+                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    const double diff_dst_value = (double)diff_dst_block[lane];
+                    const double dst_value = (double)dst_block[lane];
+                    const double dot_term = (diff_dst_value * dst_value);
+                    dot_lanes[opgen_at + lane] = dot_lanes[opgen_at + lane] + (double)dot_term;
+                }
+            }
         }
     }
     for (int lane = 0; lane < lanes; ++lane) {
@@ -757,6 +897,7 @@ static void soft_max_backward_bf16_apply(const opgen_lines_call *call, int64_t l
     }
 }
 
+
 /* the elements of `lanes` neighbouring lines, one per lane;
  * `opgen_stream` a constant in each caller (_apply_columns) */
 OPGEN_MICROKERNEL void soft_max_backward_bf16_apply_columns_of(const opgen_lines_call *call, int64_t outer_index, int64_t position,
@@ -771,7 +912,7 @@ OPGEN_MICROKERNEL void soft_max_backward_bf16_apply_columns_of(const opgen_lines
     opgen_bf16 *diff_src = (opgen_bf16 *)call->tensors[2] + start;
     const double count = (double)call->count;
     (void)count;
-    double dot_line_lanes[OPGEN_LINES_LANES]; /* every lane set, not cleared first: see Reduction */
+    double dot_line_lanes[OPGEN_LINES_LANES]; /* every lane read set, not cleared first: see Reduction */
     for (int lane = 0; lane < OPGEN_LINES_LANES; ++lane) {
         dot_line_lanes[lane] = lane < lanes ? (double)values[lane * 1 + 0] : 0;
     }
@@ -874,6 +1015,62 @@ OPGEN_MICROKERNEL void soft_max_backward_bf16_apply_columns_of(const opgen_lines
     }
 }
 
+/* the elements of `lanes` neighbouring lines, one per lane: a wide tile;
+ * `opgen_stream` a constant in each caller (_apply_wide) */
+OPGEN_MICROKERNEL void soft_max_backward_bf16_apply_wide_of(const opgen_lines_call *call, int64_t outer_index, int64_t position,
+                                                           int lanes, double *values, double *opgen_across, int opgen_stream)
+{
+    (void)opgen_across;
+    (void)opgen_stream;
+    const int64_t length = call->length, inner = call->inner;
+    const int64_t start = outer_index * length * inner + position;
+    const opgen_bf16 *diff_dst = (const opgen_bf16 *)call->tensors[0] + start;
+    const opgen_bf16 *dst = (const opgen_bf16 *)call->tensors[1] + start;
+    opgen_bf16 *diff_src = (opgen_bf16 *)call->tensors[2] + start;
+    const double count = (double)call->count;
+    (void)count;
+    double dot_line_lanes[OPGEN_LINES_WIDE_LANES]; /* every lane read set, not cleared first: see Reduction */
+    for (int lane = 0; lane < lanes; ++lane) {
+        dot_line_lanes[lane] = lane < lanes ? (double)values[lane * 1 + 0] : 0;
+    }
+    float dot_line_float_lanes[OPGEN_LINES_WIDE_LANES];
+    for (int lane = 0; lane < lanes; ++lane) {
+        dot_line_float_lanes[lane] = (float)dot_line_lanes[lane];
+    }
+    for (int64_t r = 0; r < length; ++r) {
+        for (int opgen_tile = 0; opgen_tile < lanes; opgen_tile += OPGEN_LINES_LANES) {
+            OPGEN_UNROLLED
+            for (int opgen_at = opgen_tile; opgen_at < opgen_tile + OPGEN_LINES_LANES; opgen_at += OPGEN_BLOCK) {
+                float diff_dst_block[OPGEN_BLOCK];
+                opgen_load_block_bf16(diff_dst_block, diff_dst + r * inner + opgen_at, 0);
+                float dst_block[OPGEN_BLOCK];
+                opgen_load_block_bf16(dst_block, dst + r * inner + opgen_at, 0);
+                float diff_src_block[OPGEN_BLOCK];
+                OPGEN_SIMD_FLOAT
+                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    const float diff_dst_value = (float)diff_dst_block[lane];
+                    const float dst_value = (float)dst_block[lane];
+                    const float dot_line_float = dot_line_float_lanes[opgen_at + lane];
+                    const float diff_src_value = (dst_value * (diff_dst_value - dot_line_float));
+                    diff_src_block[lane] = (float)diff_src_value;
+                }
+                /* an intermediate left float's range (or an input is not finite): in double */
+                if (!(opgen_all_finite(diff_src_block, OPGEN_BLOCK))) {
+                    OPGEN_SIMD_FLOAT
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        const double diff_dst_value = (double)diff_dst_block[lane];
+                        const double dst_value = (double)dst_block[lane];
+                        const double dot_line = dot_line_lanes[opgen_at + lane];
+                        const double diff_src_value = (dst_value * (diff_dst_value - dot_line));
+                        diff_src_block[lane] = (float)diff_src_value;
+                    }
+                }
+                opgen_store_block_bf16(diff_src + r * inner + opgen_at, diff_src_block, opgen_stream);
+            }
+        }
+    }
+}
+
 static void soft_max_backward_bf16_apply_columns(const opgen_lines_call *call, int64_t outer_index, int64_t position, int lanes,
                                 double *values, double *opgen_across)
 {
@@ -882,6 +1079,13 @@ static void soft_max_backward_bf16_apply_columns(const opgen_lines_call *call, i
     } else {
         soft_max_backward_bf16_apply_columns_of(call, outer_index, position, lanes, values, opgen_across, 0);
     }
+}
+
+/* wide tiles: for streamed calls alone (opgen_lines.c) */
+static void soft_max_backward_bf16_apply_wide(const opgen_lines_call *call, int64_t outer_index, int64_t position, int lanes,
+                             double *values, double *opgen_across)
+{
+    soft_max_backward_bf16_apply_wide_of(call, outer_index, position, lanes, values, opgen_across, 1);
 }
 #if OPGEN_LINES_SHORT
 
@@ -1053,7 +1257,8 @@ static OPGEN_FLATTEN void soft_max_backward_bf16_lines(const opgen_lines_call *o
 void OPGEN_KERNEL(soft_max_backward_bf16)(const opgen_bf16 *OPGEN_RESTRICT diff_dst, const opgen_bf16 *OPGEN_RESTRICT dst, opgen_bf16 *OPGEN_RESTRICT diff_src, int64_t outer, int64_t length, int64_t inner)
 {
     static const opgen_lines_pass passes[] = {
-        { soft_max_backward_bf16_reduce_1, soft_max_backward_bf16_reduce_1_columns, NULL },
+        { soft_max_backward_bf16_reduce_1, soft_max_backward_bf16_reduce_1_columns, soft_max_backward_bf16_reduce_1_wide,
+          NULL },
     };
     static const opgen_lines_kernel kernel = {
         .value_count = 1,
@@ -1061,6 +1266,7 @@ void OPGEN_KERNEL(soft_max_backward_bf16)(const opgen_bf16 *OPGEN_RESTRICT diff_
         .pass_count = 1,
         .passes = passes,
         .apply_columns = soft_max_backward_bf16_apply_columns,
+        .apply_wide = soft_max_backward_bf16_apply_wide,
         .lines = soft_max_backward_bf16_lines,
         .store = NULL,
         .across_count = 0,
@@ -1134,6 +1340,7 @@ static void soft_max_backward_f16_reduce_1(const opgen_lines_call *call, int64_t
     }
     values[0] = (double)(dot_lanes[0] + 0.0);
 }
+
 
 /* pass 1 over `lanes` neighbouring lines, one per lane */
 static void soft_max_backward_f16_reduce_1_columns(const opgen_lines_call *call, int64_t outer_index, int64_t position,
@@ -1209,6 +1416,42 @@ static void soft_max_backward_f16_reduce_1_columns(const opgen_lines_call *call,
     }
 }
 
+/* pass 1 over `lanes` neighbouring lines, one per lane: a wide tile */
+static void soft_max_backward_f16_reduce_1_wide(const opgen_lines_call *call, int64_t outer_index, int64_t position,
+                                        int lanes, double *values)
+{
+    const int64_t length = call->length, inner = call->inner;
+    const opgen_f16 *diff_dst = (const opgen_f16 *)call->tensors[0] + outer_index * length * inner + position;
+    const opgen_f16 *dst = (const opgen_f16 *)call->tensors[1] + outer_index * length * inner + position;
+    const float count = (float)call->count;
+    (void)count;
+    double dot_lanes[OPGEN_LINES_WIDE_LANES];
+    for (int lane = 0; lane < lanes; ++lane) {
+        dot_lanes[lane] = (double)-0.0;
+    }
+    for (int64_t r = 0; r < length; ++r) {
+        for (int opgen_tile = 0; opgen_tile < lanes; opgen_tile += OPGEN_LINES_LANES) {
+            OPGEN_UNROLLED
+            for (int opgen_at = opgen_tile; opgen_at < opgen_tile + OPGEN_LINES_LANES; opgen_at += OPGEN_BLOCK) {
+                float diff_dst_block[OPGEN_BLOCK];
+                opgen_load_block_f16(diff_dst_block, diff_dst + r * inner + opgen_at, 0);
+                float dst_block[OPGEN_BLOCK];
+                opgen_load_block_f16(dst_block, dst + r * inner + opgen_at, 0);
+                OPGEN_SIMD_FLOAT
+                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    const float diff_dst_value = (float)diff_dst_block[lane];
+                    const float dst_value = (float)dst_block[lane];
+                    const float dot_term = (diff_dst_value * dst_value);
+                    dot_lanes[opgen_at + lane] = dot_lanes[opgen_at + lane] + (double)dot_term;
+                }
+            }
+        }
+    }
+    for (int lane = 0; lane < lanes; ++lane) {
+        values[lane * 1 + 0] = (double)(dot_lanes[lane] + 0.0);
+    }
+}
+
 /* the elements of a contiguous line;
  * `opgen_stream` and `opgen_scratch` (call->kept is set) constants in each caller (_apply) */
 OPGEN_MICROKERNEL void soft_max_backward_f16_apply_of(const opgen_lines_call *call, int64_t line, double *values,
@@ -1267,6 +1510,7 @@ static void soft_max_backward_f16_apply(const opgen_lines_call *call, int64_t li
     }
 }
 
+
 /* the elements of `lanes` neighbouring lines, one per lane;
  * `opgen_stream` a constant in each caller (_apply_columns) */
 OPGEN_MICROKERNEL void soft_max_backward_f16_apply_columns_of(const opgen_lines_call *call, int64_t outer_index, int64_t position,
@@ -1281,7 +1525,7 @@ OPGEN_MICROKERNEL void soft_max_backward_f16_apply_columns_of(const opgen_lines_
     opgen_f16 *diff_src = (opgen_f16 *)call->tensors[2] + start;
     const float count = (float)call->count;
     (void)count;
-    float dot_line_lanes[OPGEN_LINES_LANES]; /* every lane set, not cleared first: see Reduction */
+    float dot_line_lanes[OPGEN_LINES_LANES]; /* every lane read set, not cleared first: see Reduction */
     for (int lane = 0; lane < OPGEN_LINES_LANES; ++lane) {
         dot_line_lanes[lane] = lane < lanes ? (float)values[lane * 1 + 0] : 0;
     }
@@ -1347,6 +1591,47 @@ OPGEN_MICROKERNEL void soft_max_backward_f16_apply_columns_of(const opgen_lines_
     }
 }
 
+/* the elements of `lanes` neighbouring lines, one per lane: a wide tile;
+ * `opgen_stream` a constant in each caller (_apply_wide) */
+OPGEN_MICROKERNEL void soft_max_backward_f16_apply_wide_of(const opgen_lines_call *call, int64_t outer_index, int64_t position,
+                                                          int lanes, double *values, double *opgen_across, int opgen_stream)
+{
+    (void)opgen_across;
+    (void)opgen_stream;
+    const int64_t length = call->length, inner = call->inner;
+    const int64_t start = outer_index * length * inner + position;
+    const opgen_f16 *diff_dst = (const opgen_f16 *)call->tensors[0] + start;
+    const opgen_f16 *dst = (const opgen_f16 *)call->tensors[1] + start;
+    opgen_f16 *diff_src = (opgen_f16 *)call->tensors[2] + start;
+    const float count = (float)call->count;
+    (void)count;
+    float dot_line_lanes[OPGEN_LINES_WIDE_LANES]; /* every lane read set, not cleared first: see Reduction */
+    for (int lane = 0; lane < lanes; ++lane) {
+        dot_line_lanes[lane] = lane < lanes ? (float)values[lane * 1 + 0] : 0;
+    }
+    for (int64_t r = 0; r < length; ++r) {
+        for (int opgen_tile = 0; opgen_tile < lanes; opgen_tile += OPGEN_LINES_LANES) {
+            OPGEN_UNROLLED
+            for (int opgen_at = opgen_tile; opgen_at < opgen_tile + OPGEN_LINES_LANES; opgen_at += OPGEN_BLOCK) {
+                float diff_dst_block[OPGEN_BLOCK];
+                opgen_load_block_f16(diff_dst_block, diff_dst + r * inner + opgen_at, 0);
+                float dst_block[OPGEN_BLOCK];
+                opgen_load_block_f16(dst_block, dst + r * inner + opgen_at, 0);
+                float diff_src_block[OPGEN_BLOCK];
+                OPGEN_SIMD_FLOAT
+                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    const float diff_dst_value = (float)diff_dst_block[lane];
+                    const float dst_value = (float)dst_block[lane];
+                    const float dot_line = dot_line_lanes[opgen_at + lane];
+                    const float diff_src_value = (dst_value * (diff_dst_value - dot_line));
+                    diff_src_block[lane] = (float)diff_src_value;
+                }
+                opgen_store_block_f16(diff_src + r * inner + opgen_at, diff_src_block, opgen_stream);
+            }
+        }
+    }
+}
+
 static void soft_max_backward_f16_apply_columns(const opgen_lines_call *call, int64_t outer_index, int64_t position, int lanes,
                                 double *values, double *opgen_across)
 {
@@ -1355,6 +1640,13 @@ static void soft_max_backward_f16_apply_columns(const opgen_lines_call *call, in
     } else {
         soft_max_backward_f16_apply_columns_of(call, outer_index, position, lanes, values, opgen_across, 0);
     }
+}
+
+/* wide tiles: for streamed calls alone (opgen_lines.c) */
+static void soft_max_backward_f16_apply_wide(const opgen_lines_call *call, int64_t outer_index, int64_t position, int lanes,
+                             double *values, double *opgen_across)
+{
+    soft_max_backward_f16_apply_wide_of(call, outer_index, position, lanes, values, opgen_across, 1);
 }
 #if OPGEN_LINES_SHORT
 
@@ -1515,7 +1807,8 @@ static OPGEN_FLATTEN void soft_max_backward_f16_lines(const opgen_lines_call *op
 void OPGEN_KERNEL(soft_max_backward_f16)(const opgen_f16 *OPGEN_RESTRICT diff_dst, const opgen_f16 *OPGEN_RESTRICT dst, opgen_f16 *OPGEN_RESTRICT diff_src, int64_t outer, int64_t length, int64_t inner)
 {
     static const opgen_lines_pass passes[] = {
-        { soft_max_backward_f16_reduce_1, soft_max_backward_f16_reduce_1_columns, NULL },
+        { soft_max_backward_f16_reduce_1, soft_max_backward_f16_reduce_1_columns, soft_max_backward_f16_reduce_1_wide,
+          NULL },
     };
     static const opgen_lines_kernel kernel = {
         .value_count = 1,
@@ -1523,6 +1816,7 @@ void OPGEN_KERNEL(soft_max_backward_f16)(const opgen_f16 *OPGEN_RESTRICT diff_ds
         .pass_count = 1,
         .passes = passes,
         .apply_columns = soft_max_backward_f16_apply_columns,
+        .apply_wide = soft_max_backward_f16_apply_wide,
         .lines = soft_max_backward_f16_lines,
         .store = NULL,
         .across_count = 0,

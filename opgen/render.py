@@ -178,6 +178,7 @@ def _settings(table: DTypeTable, specs: list[OpSpec], label: str) -> dict[str, A
         "lines_chunk_elements": plan.LINES_CHUNK_ELEMENTS,
         "lines_kept_terms": plan.LINES_KEPT_TERMS,
         "lines_column_blocks": plan.LINES_COLUMN_BLOCKS,
+        "lines_wide_tiles": plan.LINES_WIDE_TILES,
         "lines_wide_values": plan.LINES_WIDE_VALUES,
         "lines_group": plan.LINES_GROUP,
         "lines_group_elements": plan.LINES_GROUP_ELEMENTS,

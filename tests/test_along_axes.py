@@ -363,6 +363,35 @@ def test_groups_of_short_lines_give_the_bits_of_lines_alone(case):
                     )
 
 
+@pytest.mark.parametrize("case", ROWS, ids=_row_id)
+def test_wide_tiles_of_streamed_calls_give_the_bits_of_single_tiles(case):
+    """Lines across the last axis (the columns path) of a streamed call go in wide tiles, several
+    tiles of neighbouring lines a step (plan.LINES_WIDE_TILES); stored calls take one tile at a
+    time. Every output gives the same bits either way, on threads that share out the tiles:
+    inner sizes of whole and partial groups of tiles, and a last partial tile."""
+    op, row = case
+    spec = ALONG[op]
+    lib = opgen.bundled.module.lib
+    lanes = plan.LINES_COLUMN_BLOCKS * plan.BLOCK
+    for shape, axis in [((3, 7, 9 * lanes + 5), 1), ((2, 4 * lanes), 0), ((5, 6, 2 * lanes), 1)]:
+        arrays = _inputs(op, shape, row, axis, "finite")
+        kwargs = {next(a.name for a in spec.attributes if a.type == "int"): axis}
+        results = []
+        try:
+            for threshold in (1, 1 << 40):  # every call streamed, then none
+                lib.opgen_set_stream_threshold(threshold)
+                with threads_set_to(2):
+                    got = getattr(opgen, op)(**arrays, **kwargs)
+                results.append(got if isinstance(got, tuple) else (got,))
+        finally:
+            lib.opgen_set_stream_threshold(0)
+        for tensor, wide, single in zip(spec.outputs, *results, strict=True):
+            if wide is None:
+                continue
+            bits = f"u{wide.itemsize}"
+            assert np.array_equal(wide.view(bits), single.view(bits)), f"{op} {row} {shape} axis {axis}: {tensor.name}"
+
+
 @pytest.mark.parametrize("shape, axis", [((64, 4099), 1), ((97, 3001), 0), ((8, 300, 257), 1)])
 def test_the_same_bits_on_any_thread_count(shape, axis):
     """Each line is computed by one thread in a fixed order: sums do not depend on the threads."""

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import opgen
-from opgen import accuracy, check, oracle, shapes
+from opgen import accuracy, check, oracle, plan, shapes
 from opgen.render import BUNDLED_SPECS
 from opgen.specs import MAX_RANK, SpecError, load_specs
 from tests.helpers import dtype_of, rng, threads_set_to
@@ -217,6 +217,26 @@ def test_the_same_bits_on_any_thread_count(shape, axes):
         with threads_set_to(2):
             two = function(x, axes=axes)
         assert np.array_equal(one.view(np.uint32), two.view(np.uint32)), op
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_wide_tiles_of_streamed_calls_give_the_bits_of_single_tiles(op):
+    """A streamed call's lines across the last axis go in wide tiles (several tiles of
+    neighbouring lines a step, plan.LINES_WIDE_TILES), a stored call's one tile at a time: the
+    same bits, for whole and partial groups of tiles and a last partial tile."""
+    lib = opgen.bundled.module.lib
+    lanes = plan.LINES_COLUMN_BLOCKS * plan.BLOCK
+    for shape, axes in [((3, 7, 9 * lanes + 5), [1]), ((2, 4 * lanes), [0]), ((3, 5, 6, 2 * lanes), [1, 2])]:
+        x = rng("wide tiles", op, shape).standard_normal(shape).astype(np.float32)
+        results = []
+        try:
+            for threshold in (1, 1 << 40):  # every call streamed, then none
+                lib.opgen_set_stream_threshold(threshold)
+                with threads_set_to(2):
+                    results.append(getattr(opgen, op)(x, axes=axes))
+        finally:
+            lib.opgen_set_stream_threshold(0)
+        assert np.array_equal(results[0].view(np.uint32), results[1].view(np.uint32)), f"{op} {shape} {axes}"
 
 
 def test_bad_axes_are_refused_with_their_rule():
