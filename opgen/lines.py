@@ -17,9 +17,10 @@ Invariants the template (along_axes.c.j2) and the driver (drivers/opgen_lines.c)
   the wide type (`compute = "wide"`: double for f32 and bf16 data) and the kernel has tensor
   outputs and no sums across lines, each block of elements runs first in the row's own type
   (float), reading line values narrowed to float (`<name>_line_float`), and a block whose
-  outputs are not all finite runs again in the wide type (LinesKernel.float_elements): an
-  intermediate that left float's range shows in the outputs, as the math is products, sums and
-  functions that carry an infinity or NaN through (specs.py: along_axes math);
+  outputs are not all finite runs again in the wide type (LinesKernel.float_elements). That
+  holds only for math that carries an infinity or NaN through to its results (_carries: sums,
+  differences, products, exp, log, sqrt, abs, and quotients by inputs or constants), so that an
+  intermediate that left float's range shows in the outputs; other math runs in the wide type;
 - a tensor output computed in float whose element is `T * v` or `T / v`, T the term of a
   reduction of the last pass and v per line, keeps T: that pass stores each term, and the
   element pass reads it back instead of computing it again (SoftMax's exp once per element, not
@@ -468,11 +469,35 @@ def _float_elements(
     tensor outputs (LinesKernel.float_elements); else () (also where `element_trees` is empty)."""
     if compute == row_compute or not element_trees or not any(t.kind == "tensor" for t in spec.outputs):
         return ()
+    divisors = {t.name for t in spec.inputs if t.kind != "line"} | {a.name for a in spec.attributes} | {"count"}
+    if not all(_carries(tree, divisors) for _, tree in element_trees):
+        return ()
     spelling = dict(writer.element_spelling)
     spelling |= {n: f"{n}_line_float" for n in writer.slots}
     spelling["count"] = f"(({row_compute})count)"
     narrowed = dataclasses.replace(writer, element_spelling=spelling)
     return tuple(_elements(element_trees, narrowed, row_compute, outputs, checks))
+
+
+def _carries(tree: ast.expr, divisors: set[str]) -> bool:
+    """Whether an infinity or NaN in any intermediate of `tree` reaches its value: sums,
+    differences, products, exp (of -Inf: 0, as of any value past f32's range below), log, sqrt
+    and abs carry one; a quotient only where its divisor is a stored input, an attribute, `count`
+    or a constant, finite in float where it is in double (x / Inf is 0); a selection, min, max
+    or tanh may drop one."""
+    if isinstance(tree, (ast.Constant, ast.Name)):
+        return True
+    if isinstance(tree, ast.UnaryOp) and isinstance(tree.op, (ast.USub, ast.UAdd)):
+        return _carries(tree.operand, divisors)
+    if isinstance(tree, ast.BinOp) and isinstance(tree.op, (ast.Add, ast.Sub, ast.Mult)):
+        return _carries(tree.left, divisors) and _carries(tree.right, divisors)
+    if isinstance(tree, ast.BinOp) and isinstance(tree.op, ast.Div):
+        divisor = tree.right
+        stored = isinstance(divisor, ast.Constant) or (isinstance(divisor, ast.Name) and divisor.id in divisors)
+        return stored and _carries(tree.left, divisors)
+    if isinstance(tree, ast.Call) and isinstance(tree.func, ast.Name) and tree.func.id in ("exp", "log", "sqrt", "abs"):
+        return all(_carries(argument, divisors) for argument in tree.args)
+    return False
 
 
 def _nonpositive_checks(trees: list[ast.expr], inputs: tuple[Operand, ...]) -> tuple[Operand, ...]:

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import opgen
-from opgen import accuracy, check, oracle, plan, shapes
+from opgen import accuracy, check, lines, oracle, plan, shapes
 from opgen.render import BUNDLED_SPECS
 from opgen.specs import SpecError, load_specs
 from tests.helpers import dtype_of, rng, threads_set_to
@@ -556,6 +556,32 @@ def test_a_users_along_axes_op_builds_and_checks(tmp_path):
         report = check.report(results)
         assert all(r.failure is None for r in results) == passes, report
         assert re.search(r"\d+ passed", report)
+
+
+@pytest.mark.parametrize(
+    "elements, float_first",
+    [
+        ("exp(src - max_src) / sum_exp", False),  # a quotient by a line value: Inf there gives 0
+        ("exp(src - max_src) * sum_exp - abs(src) / 3", True),
+        ("src if src > max_src else sum_exp", False),  # a selection may drop an Inf
+        ("min(src, sum_exp) * 2", False),
+    ],
+)
+def test_elements_run_in_float_first_only_where_math_carries_an_infinity(tmp_path, elements, float_first):
+    """A user's op with compute = "wide" computes its f32 elements in float first only where an
+    intermediate that leaves float's range reaches the results (lines._carries), which the
+    kernel checks block by block; other math runs in double."""
+    text = SPEC.replace("min_rank = 1", 'min_rank = 1\ncompute = "wide"').replace(
+        'dst = "exp(src - max_src) / sum_exp"', f'dst = "{elements}"'
+    )
+    table, specs = load_specs(_spec_dir(tmp_path, text))
+    spec = next(s for s in specs if s.name == "line_op")
+    kernel = lines.kernel(spec, "line_op_f32", spec.dtypes[0], {}, table)
+    assert kernel.compute == "double"
+    assert bool(kernel.float_elements) == float_first
+    for spec in (s for s in SPECS if s.compute == "wide" and s.pattern == "along_axes"):
+        bundled = lines.kernel(spec, spec.name, spec.dtypes[0], {}, TABLE)
+        assert bundled.float_elements or not any(t.kind == "tensor" for t in spec.outputs), spec.name
 
 
 TOTALS = """\
