@@ -450,7 +450,9 @@ _OP_KEYS = {
         " (double for f32 and bf16 data), for math with several roundings per element that must stay within 1 ulp."
         " In an `along_axes` op, the reductions and line values run in the wide type and each block of elements in"
         " the row's type first, again in the wide type where a result is not finite (an intermediate left the"
-        " range): its accuracy bound counts the elements' roundings in the row's type.",
+        " range), where the element math carries an infinity to its results (sums, products, `exp`, `log`,"
+        " `sqrt`, `abs`, quotients by inputs, attributes or constants): its accuracy bound counts the elements'"
+        " roundings in the row's type.",
         'compute = "wide"',
     ),
     "reference": Key(
