@@ -59,8 +59,9 @@ LINES_KEPT_TERMS = 4096
 LINES_COLUMN_BLOCKS = 4
 # ... and the tiles of neighbouring lines one columns call takes at most where the tensors lie
 # past the caches (streamed): each step then reads that many tiles' stretch of a row, which
-# memory serves faster than many rows' short stretches (SoftMax over axis 1 of 32 x 64 x 112 x
-# 112 f32, one thread: 4 tiles took 0.71x the time of 1, SoftMaxBackward 0.46x; in cache, 1.1-1.5x).
+# memory serves faster than many rows' short stretches (over axis 1 of 32 x 64 x 112 x 112 f32,
+# one thread: SoftMaxBackward 0.43x the time of single tiles, LogSoftmaxBackward 0.41x). Every
+# call in tiles that wide took 1.1-1.5x the time in cache: streamed calls alone take them.
 LINES_WIDE_TILES = 4
 # ... and the doubles of each thread's copy of a kernel's along inputs (LayerNorm's gamma and
 # beta), widened once a call for its math on double vectors where they fit (else each block
