@@ -71,6 +71,10 @@ OPS = (
     *AXES_OPS,
 )
 PRELU_FORMS = ("per_channel", "per_tensor", "full")
+# SoftMax, LogSoftmax and their backward ops along the last axis (contiguous lines) and along
+# axis 1 (a line per position of the other axes, its elements a row apart: the columns path,
+# channels in NCHW)
+AXIS_FORMS = ("last_axis", "axis_1")
 # sigmoid and tanh from their output (use_dst, a product) and from their input (exp per element)
 FROM_FORMS = ("from_dst", "from_src")
 
@@ -166,7 +170,7 @@ def _make_case(
             "2r1w",
         )
     if op in AXES_OPS:
-        return _axes_case(op, x, d, out, rng)
+        return _axes_case(op, x, d, out, rng, 1 if form == "axis_1" else -1)
     if op == "prelu_backward":
         return _prelu_case(x, d, out, dtype == "f32", layout, form, rng)
     if op == "batch_norm_training_backward":
@@ -174,22 +178,25 @@ def _make_case(
     raise ValueError(f"no benchmark for {op}")
 
 
-def _axes_case(op: str, x: np.ndarray, d: np.ndarray, out: np.ndarray, rng: np.random.Generator) -> tuple[Any, ...]:
-    """_make_case for the ops with axes, along the last axis. The forward ops read one tensor
-    and write one (the 1r1w probe: a copy), the backward ones read two (2r1w); their per-line
-    and per-position operands are a line's share of that."""
+def _axes_case(
+    op: str, x: np.ndarray, d: np.ndarray, out: np.ndarray, rng: np.random.Generator, axis: int = -1
+) -> tuple[Any, ...]:
+    """_make_case for the ops with axes, along the last axis (SoftMax and LogSoftmax and their
+    backward ops: along `axis`). The forward ops read one tensor and write one (the 1r1w probe:
+    a copy), the backward ones read two (2r1w); their per-line and per-position operands are a
+    line's share of that."""
     tensor_bytes = x.nbytes
     line: int = x.shape[-1]
     if op in ("soft_max", "log_soft_max"):
         call: tuple[Callable[..., Any], tuple[np.ndarray, ...], dict[str, Any]] = (
             getattr(opgen, op),
             (x,),
-            {"axis": -1, "out": out},
+            {"axis": axis, "out": out},
         )
         return call, None, None, 2 * tensor_bytes, "1r1w"
     if op in ("soft_max_backward", "log_soft_max_backward"):
-        dst = getattr(opgen, op.removesuffix("_backward"))(x, axis=-1)
-        call = (getattr(opgen, op), (d, dst), {"axis": -1, "out": out})
+        dst = getattr(opgen, op.removesuffix("_backward"))(x, axis=axis)
+        call = (getattr(opgen, op), (d, dst), {"axis": axis, "out": out})
         return call, None, None, 3 * tensor_bytes, "2r1w"
     gamma, beta = (rng.standard_normal(line).astype(np.float32) for _ in range(2))
     if op == "layer_norm":
@@ -358,7 +365,7 @@ def cases(ops: list[str], dtypes: list[str]) -> list[tuple[str, str, str, str]]:
     for op in ops:
         layouts = ("NCX", "NXC") if op in ("prelu_backward", "batch_norm_training_backward") else ("NCX",)
         forms = {"prelu_backward": PRELU_FORMS, "sigmoid_backward": FROM_FORMS, "tanh_backward": FROM_FORMS}.get(
-            op, ("-",)
+            op, AXIS_FORMS if op in AXES_OPS and "soft_max" in op else ("-",)
         )
         for dtype in dtypes:
             for layout in layouts:

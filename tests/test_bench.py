@@ -10,6 +10,7 @@ import sys
 import pytest
 
 from opgen import bench, plan
+from tests.helpers import rng
 
 pytestmark = pytest.mark.slow  # runs the benchmark and its command line
 
@@ -124,11 +125,21 @@ def test_cli_rejects_unknown_names(tmp_path):
 
 def test_the_ops_with_axes_are_shares_of_the_probe_their_access_pattern_matches(monkeypatch):
     """SoftMax, LogSoftmax and LayerNorm read one tensor and write one (a copy's pattern); their
-    backward ops read two (the add probe's)."""
+    backward ops read two (the add probe's). SoftMax, LogSoftmax and their backward ops run
+    along the last axis and along axis 1 (the columns path)."""
     monkeypatch.setattr(bench, "PAIRED_PROBE_BYTES", 0)  # HW14 stands in for L
     ops = list(bench.AXES_OPS)
     report = bench.run(["HW14"], [1], ops, ["f32", "bf16"], min_time=0.001, progress=lambda line: None)
-    assert len(report["cases"]) == 2 * len(ops)
+    softmax_family = [op for op in ops if "soft_max" in op]
+    assert len(softmax_family) == 4
+    assert len(report["cases"]) == 2 * (len(ops) + len(softmax_family))
+    forms = {(case["op"], case["form"]) for case in report["cases"]}
+    assert forms == {(op, form) for op in softmax_family for form in bench.AXIS_FORMS} | {
+        (op, "-") for op in ops if op not in softmax_family
+    }
+    for form, axis in (("last_axis", -1), ("axis_1", 1)):
+        (_, _, kwargs), *_ = bench._make_case("soft_max_backward", "f32", "NCX", form, (2, 8, 3, 3), rng("axis"))
+        assert kwargs["axis"] == axis
     for case in report["cases"]:
         forward = not case["op"].endswith("_backward")
         assert case["extra"]["pattern"] == ("1r1w" if forward else "2r1w")
