@@ -80,8 +80,7 @@ static void layer_norm_f32_reduce_1_columns(const opgen_lines_call *call, int64_
     double sum_src_lanes[OPGEN_LINES_LANES];
     for (int lane = 0; lane < OPGEN_LINES_LANES; ++lane) {
         sum_src_lanes[lane] = (double)-0.0;
-    }
-    if (lanes == OPGEN_LINES_LANES) {
+    }    if (lanes == OPGEN_LINES_LANES) {
         for (int64_t r = 0; r < length; ++r) {
             OPGEN_UNROLLED
             for (int opgen_at = 0; opgen_at < OPGEN_LINES_LANES; opgen_at += OPGEN_BLOCK) {
@@ -146,8 +145,7 @@ static void layer_norm_f32_reduce_1_wide(const opgen_lines_call *call, int64_t o
     double sum_src_lanes[OPGEN_LINES_WIDE_LANES];
     for (int lane = 0; lane < lanes; ++lane) {
         sum_src_lanes[lane] = (double)-0.0;
-    }
-    for (int64_t r = 0; r < length; ++r) {
+    }    for (int64_t r = 0; r < length; ++r) {
         for (int opgen_tile = 0; opgen_tile < lanes; opgen_tile += OPGEN_LINES_LANES) {
             OPGEN_UNROLLED
             for (int opgen_at = opgen_tile; opgen_at < opgen_tile + OPGEN_LINES_LANES; opgen_at += OPGEN_BLOCK) {
@@ -250,8 +248,7 @@ static void layer_norm_f32_reduce_2_columns(const opgen_lines_call *call, int64_
     double sum_squares_lanes[OPGEN_LINES_LANES];
     for (int lane = 0; lane < OPGEN_LINES_LANES; ++lane) {
         sum_squares_lanes[lane] = (double)-0.0;
-    }
-    if (lanes == OPGEN_LINES_LANES) {
+    }    if (lanes == OPGEN_LINES_LANES) {
         for (int64_t r = 0; r < length; ++r) {
             OPGEN_UNROLLED
             for (int opgen_at = 0; opgen_at < OPGEN_LINES_LANES; opgen_at += OPGEN_BLOCK) {
@@ -323,8 +320,7 @@ static void layer_norm_f32_reduce_2_wide(const opgen_lines_call *call, int64_t o
     double sum_squares_lanes[OPGEN_LINES_WIDE_LANES];
     for (int lane = 0; lane < lanes; ++lane) {
         sum_squares_lanes[lane] = (double)-0.0;
-    }
-    for (int64_t r = 0; r < length; ++r) {
+    }    for (int64_t r = 0; r < length; ++r) {
         for (int opgen_tile = 0; opgen_tile < lanes; opgen_tile += OPGEN_LINES_LANES) {
             OPGEN_UNROLLED
             for (int opgen_at = opgen_tile; opgen_at < opgen_tile + OPGEN_LINES_LANES; opgen_at += OPGEN_BLOCK) {
@@ -1070,8 +1066,7 @@ static void layer_norm_bf16_f32_reduce_1_columns(const opgen_lines_call *call, i
     double sum_src_lanes[OPGEN_LINES_LANES];
     for (int lane = 0; lane < OPGEN_LINES_LANES; ++lane) {
         sum_src_lanes[lane] = (double)-0.0;
-    }
-    if (lanes == OPGEN_LINES_LANES) {
+    }    if (lanes == OPGEN_LINES_LANES) {
         for (int64_t r = 0; r < length; ++r) {
             OPGEN_UNROLLED
             for (int opgen_at = 0; opgen_at < OPGEN_LINES_LANES; opgen_at += OPGEN_BLOCK) {
@@ -1136,8 +1131,7 @@ static void layer_norm_bf16_f32_reduce_1_wide(const opgen_lines_call *call, int6
     double sum_src_lanes[OPGEN_LINES_WIDE_LANES];
     for (int lane = 0; lane < lanes; ++lane) {
         sum_src_lanes[lane] = (double)-0.0;
-    }
-    for (int64_t r = 0; r < length; ++r) {
+    }    for (int64_t r = 0; r < length; ++r) {
         for (int opgen_tile = 0; opgen_tile < lanes; opgen_tile += OPGEN_LINES_LANES) {
             OPGEN_UNROLLED
             for (int opgen_at = opgen_tile; opgen_at < opgen_tile + OPGEN_LINES_LANES; opgen_at += OPGEN_BLOCK) {
@@ -1231,8 +1225,7 @@ static void layer_norm_bf16_f32_reduce_2_columns(const opgen_lines_call *call, i
     double sum_squares_lanes[OPGEN_LINES_LANES];
     for (int lane = 0; lane < OPGEN_LINES_LANES; ++lane) {
         sum_squares_lanes[lane] = (double)-0.0;
-    }
-    if (lanes == OPGEN_LINES_LANES) {
+    }    if (lanes == OPGEN_LINES_LANES) {
         for (int64_t r = 0; r < length; ++r) {
             OPGEN_UNROLLED
             for (int opgen_at = 0; opgen_at < OPGEN_LINES_LANES; opgen_at += OPGEN_BLOCK) {
@@ -1304,8 +1297,7 @@ static void layer_norm_bf16_f32_reduce_2_wide(const opgen_lines_call *call, int6
     double sum_squares_lanes[OPGEN_LINES_WIDE_LANES];
     for (int lane = 0; lane < lanes; ++lane) {
         sum_squares_lanes[lane] = (double)-0.0;
-    }
-    for (int64_t r = 0; r < length; ++r) {
+    }    for (int64_t r = 0; r < length; ++r) {
         for (int opgen_tile = 0; opgen_tile < lanes; opgen_tile += OPGEN_LINES_LANES) {
             OPGEN_UNROLLED
             for (int opgen_at = opgen_tile; opgen_at < opgen_tile + OPGEN_LINES_LANES; opgen_at += OPGEN_BLOCK) {
@@ -2051,8 +2043,7 @@ static void layer_norm_bf16_reduce_1_columns(const opgen_lines_call *call, int64
     double sum_src_lanes[OPGEN_LINES_LANES];
     for (int lane = 0; lane < OPGEN_LINES_LANES; ++lane) {
         sum_src_lanes[lane] = (double)-0.0;
-    }
-    if (lanes == OPGEN_LINES_LANES) {
+    }    if (lanes == OPGEN_LINES_LANES) {
         for (int64_t r = 0; r < length; ++r) {
             OPGEN_UNROLLED
             for (int opgen_at = 0; opgen_at < OPGEN_LINES_LANES; opgen_at += OPGEN_BLOCK) {
@@ -2117,8 +2108,7 @@ static void layer_norm_bf16_reduce_1_wide(const opgen_lines_call *call, int64_t 
     double sum_src_lanes[OPGEN_LINES_WIDE_LANES];
     for (int lane = 0; lane < lanes; ++lane) {
         sum_src_lanes[lane] = (double)-0.0;
-    }
-    for (int64_t r = 0; r < length; ++r) {
+    }    for (int64_t r = 0; r < length; ++r) {
         for (int opgen_tile = 0; opgen_tile < lanes; opgen_tile += OPGEN_LINES_LANES) {
             OPGEN_UNROLLED
             for (int opgen_at = opgen_tile; opgen_at < opgen_tile + OPGEN_LINES_LANES; opgen_at += OPGEN_BLOCK) {
@@ -2212,8 +2202,7 @@ static void layer_norm_bf16_reduce_2_columns(const opgen_lines_call *call, int64
     double sum_squares_lanes[OPGEN_LINES_LANES];
     for (int lane = 0; lane < OPGEN_LINES_LANES; ++lane) {
         sum_squares_lanes[lane] = (double)-0.0;
-    }
-    if (lanes == OPGEN_LINES_LANES) {
+    }    if (lanes == OPGEN_LINES_LANES) {
         for (int64_t r = 0; r < length; ++r) {
             OPGEN_UNROLLED
             for (int opgen_at = 0; opgen_at < OPGEN_LINES_LANES; opgen_at += OPGEN_BLOCK) {
@@ -2285,8 +2274,7 @@ static void layer_norm_bf16_reduce_2_wide(const opgen_lines_call *call, int64_t 
     double sum_squares_lanes[OPGEN_LINES_WIDE_LANES];
     for (int lane = 0; lane < lanes; ++lane) {
         sum_squares_lanes[lane] = (double)-0.0;
-    }
-    for (int64_t r = 0; r < length; ++r) {
+    }    for (int64_t r = 0; r < length; ++r) {
         for (int opgen_tile = 0; opgen_tile < lanes; opgen_tile += OPGEN_LINES_LANES) {
             OPGEN_UNROLLED
             for (int opgen_at = opgen_tile; opgen_at < opgen_tile + OPGEN_LINES_LANES; opgen_at += OPGEN_BLOCK) {
@@ -3032,8 +3020,7 @@ static void layer_norm_f16_f32_reduce_1_columns(const opgen_lines_call *call, in
     double sum_src_lanes[OPGEN_LINES_LANES];
     for (int lane = 0; lane < OPGEN_LINES_LANES; ++lane) {
         sum_src_lanes[lane] = (double)-0.0;
-    }
-    if (lanes == OPGEN_LINES_LANES) {
+    }    if (lanes == OPGEN_LINES_LANES) {
         for (int64_t r = 0; r < length; ++r) {
             OPGEN_UNROLLED
             for (int opgen_at = 0; opgen_at < OPGEN_LINES_LANES; opgen_at += OPGEN_BLOCK) {
@@ -3098,8 +3085,7 @@ static void layer_norm_f16_f32_reduce_1_wide(const opgen_lines_call *call, int64
     double sum_src_lanes[OPGEN_LINES_WIDE_LANES];
     for (int lane = 0; lane < lanes; ++lane) {
         sum_src_lanes[lane] = (double)-0.0;
-    }
-    for (int64_t r = 0; r < length; ++r) {
+    }    for (int64_t r = 0; r < length; ++r) {
         for (int opgen_tile = 0; opgen_tile < lanes; opgen_tile += OPGEN_LINES_LANES) {
             OPGEN_UNROLLED
             for (int opgen_at = opgen_tile; opgen_at < opgen_tile + OPGEN_LINES_LANES; opgen_at += OPGEN_BLOCK) {
@@ -3193,8 +3179,7 @@ static void layer_norm_f16_f32_reduce_2_columns(const opgen_lines_call *call, in
     double sum_squares_lanes[OPGEN_LINES_LANES];
     for (int lane = 0; lane < OPGEN_LINES_LANES; ++lane) {
         sum_squares_lanes[lane] = (double)-0.0;
-    }
-    if (lanes == OPGEN_LINES_LANES) {
+    }    if (lanes == OPGEN_LINES_LANES) {
         for (int64_t r = 0; r < length; ++r) {
             OPGEN_UNROLLED
             for (int opgen_at = 0; opgen_at < OPGEN_LINES_LANES; opgen_at += OPGEN_BLOCK) {
@@ -3266,8 +3251,7 @@ static void layer_norm_f16_f32_reduce_2_wide(const opgen_lines_call *call, int64
     double sum_squares_lanes[OPGEN_LINES_WIDE_LANES];
     for (int lane = 0; lane < lanes; ++lane) {
         sum_squares_lanes[lane] = (double)-0.0;
-    }
-    for (int64_t r = 0; r < length; ++r) {
+    }    for (int64_t r = 0; r < length; ++r) {
         for (int opgen_tile = 0; opgen_tile < lanes; opgen_tile += OPGEN_LINES_LANES) {
             OPGEN_UNROLLED
             for (int opgen_at = opgen_tile; opgen_at < opgen_tile + OPGEN_LINES_LANES; opgen_at += OPGEN_BLOCK) {

@@ -127,8 +127,7 @@ static void layer_norm_backward_f32_reduce_1_columns(const opgen_lines_call *cal
     for (int lane = 0; lane < OPGEN_LINES_LANES; ++lane) {
         sum_g_lanes[lane] = (double)-0.0;
         sum_g_centered_lanes[lane] = (double)-0.0;
-    }
-    if (lanes == OPGEN_LINES_LANES) {
+    }    if (lanes == OPGEN_LINES_LANES) {
         for (int64_t r = 0; r < length; ++r) {
             OPGEN_UNROLLED
             for (int opgen_at = 0; opgen_at < OPGEN_LINES_LANES; opgen_at += OPGEN_BLOCK) {
@@ -231,8 +230,7 @@ static void layer_norm_backward_f32_reduce_1_wide(const opgen_lines_call *call, 
     for (int lane = 0; lane < lanes; ++lane) {
         sum_g_lanes[lane] = (double)-0.0;
         sum_g_centered_lanes[lane] = (double)-0.0;
-    }
-    for (int64_t r = 0; r < length; ++r) {
+    }    for (int64_t r = 0; r < length; ++r) {
         for (int opgen_tile = 0; opgen_tile < lanes; opgen_tile += OPGEN_LINES_LANES) {
             OPGEN_UNROLLED
             for (int opgen_at = opgen_tile; opgen_at < opgen_tile + OPGEN_LINES_LANES; opgen_at += OPGEN_BLOCK) {
@@ -1004,8 +1002,7 @@ static void layer_norm_backward_bf16_f32_reduce_1_columns(const opgen_lines_call
     for (int lane = 0; lane < OPGEN_LINES_LANES; ++lane) {
         sum_g_lanes[lane] = (double)-0.0;
         sum_g_centered_lanes[lane] = (double)-0.0;
-    }
-    if (lanes == OPGEN_LINES_LANES) {
+    }    if (lanes == OPGEN_LINES_LANES) {
         for (int64_t r = 0; r < length; ++r) {
             OPGEN_UNROLLED
             for (int opgen_at = 0; opgen_at < OPGEN_LINES_LANES; opgen_at += OPGEN_BLOCK) {
@@ -1108,8 +1105,7 @@ static void layer_norm_backward_bf16_f32_reduce_1_wide(const opgen_lines_call *c
     for (int lane = 0; lane < lanes; ++lane) {
         sum_g_lanes[lane] = (double)-0.0;
         sum_g_centered_lanes[lane] = (double)-0.0;
-    }
-    for (int64_t r = 0; r < length; ++r) {
+    }    for (int64_t r = 0; r < length; ++r) {
         for (int opgen_tile = 0; opgen_tile < lanes; opgen_tile += OPGEN_LINES_LANES) {
             OPGEN_UNROLLED
             for (int opgen_at = opgen_tile; opgen_at < opgen_tile + OPGEN_LINES_LANES; opgen_at += OPGEN_BLOCK) {
@@ -1881,8 +1877,7 @@ static void layer_norm_backward_f16_f32_reduce_1_columns(const opgen_lines_call 
     for (int lane = 0; lane < OPGEN_LINES_LANES; ++lane) {
         sum_g_lanes[lane] = (double)-0.0;
         sum_g_centered_lanes[lane] = (double)-0.0;
-    }
-    if (lanes == OPGEN_LINES_LANES) {
+    }    if (lanes == OPGEN_LINES_LANES) {
         for (int64_t r = 0; r < length; ++r) {
             OPGEN_UNROLLED
             for (int opgen_at = 0; opgen_at < OPGEN_LINES_LANES; opgen_at += OPGEN_BLOCK) {
@@ -1985,8 +1980,7 @@ static void layer_norm_backward_f16_f32_reduce_1_wide(const opgen_lines_call *ca
     for (int lane = 0; lane < lanes; ++lane) {
         sum_g_lanes[lane] = (double)-0.0;
         sum_g_centered_lanes[lane] = (double)-0.0;
-    }
-    for (int64_t r = 0; r < length; ++r) {
+    }    for (int64_t r = 0; r < length; ++r) {
         for (int opgen_tile = 0; opgen_tile < lanes; opgen_tile += OPGEN_LINES_LANES) {
             OPGEN_UNROLLED
             for (int opgen_at = opgen_tile; opgen_at < opgen_tile + OPGEN_LINES_LANES; opgen_at += OPGEN_BLOCK) {

@@ -76,8 +76,7 @@ static void reduce_l2_f32_reduce_1_columns(const opgen_lines_call *call, int64_t
     double sum_squares_lanes[OPGEN_LINES_LANES];
     for (int lane = 0; lane < OPGEN_LINES_LANES; ++lane) {
         sum_squares_lanes[lane] = (double)-0.0;
-    }
-    if (lanes == OPGEN_LINES_LANES) {
+    }    if (lanes == OPGEN_LINES_LANES) {
         for (int64_t r = 0; r < length; ++r) {
             OPGEN_UNROLLED
             for (int opgen_at = 0; opgen_at < OPGEN_LINES_LANES; opgen_at += OPGEN_BLOCK) {
@@ -140,8 +139,7 @@ static void reduce_l2_f32_reduce_1_wide(const opgen_lines_call *call, int64_t ou
     double sum_squares_lanes[OPGEN_LINES_WIDE_LANES];
     for (int lane = 0; lane < lanes; ++lane) {
         sum_squares_lanes[lane] = (double)-0.0;
-    }
-    for (int64_t r = 0; r < length; ++r) {
+    }    for (int64_t r = 0; r < length; ++r) {
         for (int opgen_tile = 0; opgen_tile < lanes; opgen_tile += OPGEN_LINES_LANES) {
             OPGEN_UNROLLED
             for (int opgen_at = opgen_tile; opgen_at < opgen_tile + OPGEN_LINES_LANES; opgen_at += OPGEN_BLOCK) {
@@ -295,8 +293,7 @@ static void reduce_l2_bf16_reduce_1_columns(const opgen_lines_call *call, int64_
     double sum_squares_lanes[OPGEN_LINES_LANES];
     for (int lane = 0; lane < OPGEN_LINES_LANES; ++lane) {
         sum_squares_lanes[lane] = (double)-0.0;
-    }
-    if (lanes == OPGEN_LINES_LANES) {
+    }    if (lanes == OPGEN_LINES_LANES) {
         for (int64_t r = 0; r < length; ++r) {
             OPGEN_UNROLLED
             for (int opgen_at = 0; opgen_at < OPGEN_LINES_LANES; opgen_at += OPGEN_BLOCK) {
@@ -359,8 +356,7 @@ static void reduce_l2_bf16_reduce_1_wide(const opgen_lines_call *call, int64_t o
     double sum_squares_lanes[OPGEN_LINES_WIDE_LANES];
     for (int lane = 0; lane < lanes; ++lane) {
         sum_squares_lanes[lane] = (double)-0.0;
-    }
-    for (int64_t r = 0; r < length; ++r) {
+    }    for (int64_t r = 0; r < length; ++r) {
         for (int opgen_tile = 0; opgen_tile < lanes; opgen_tile += OPGEN_LINES_LANES) {
             OPGEN_UNROLLED
             for (int opgen_at = opgen_tile; opgen_at < opgen_tile + OPGEN_LINES_LANES; opgen_at += OPGEN_BLOCK) {
@@ -514,8 +510,7 @@ static void reduce_l2_f16_reduce_1_columns(const opgen_lines_call *call, int64_t
     double sum_squares_lanes[OPGEN_LINES_LANES];
     for (int lane = 0; lane < OPGEN_LINES_LANES; ++lane) {
         sum_squares_lanes[lane] = (double)-0.0;
-    }
-    if (lanes == OPGEN_LINES_LANES) {
+    }    if (lanes == OPGEN_LINES_LANES) {
         for (int64_t r = 0; r < length; ++r) {
             OPGEN_UNROLLED
             for (int opgen_at = 0; opgen_at < OPGEN_LINES_LANES; opgen_at += OPGEN_BLOCK) {
@@ -578,8 +573,7 @@ static void reduce_l2_f16_reduce_1_wide(const opgen_lines_call *call, int64_t ou
     double sum_squares_lanes[OPGEN_LINES_WIDE_LANES];
     for (int lane = 0; lane < lanes; ++lane) {
         sum_squares_lanes[lane] = (double)-0.0;
-    }
-    for (int64_t r = 0; r < length; ++r) {
+    }    for (int64_t r = 0; r < length; ++r) {
         for (int opgen_tile = 0; opgen_tile < lanes; opgen_tile += OPGEN_LINES_LANES) {
             OPGEN_UNROLLED
             for (int opgen_at = opgen_tile; opgen_at < opgen_tile + OPGEN_LINES_LANES; opgen_at += OPGEN_BLOCK) {

@@ -67,8 +67,7 @@ static void reduce_max_f32_reduce_1_columns(const opgen_lines_call *call, int64_
     float dst_lanes[OPGEN_LINES_LANES];
     for (int lane = 0; lane < OPGEN_LINES_LANES; ++lane) {
         dst_lanes[lane] = (float)-INFINITY;
-    }
-    if (lanes == OPGEN_LINES_LANES) {
+    }    if (lanes == OPGEN_LINES_LANES) {
         for (int64_t r = 0; r < length; ++r) {
             OPGEN_UNROLLED
             for (int opgen_at = 0; opgen_at < OPGEN_LINES_LANES; opgen_at += OPGEN_BLOCK) {
@@ -131,8 +130,7 @@ static void reduce_max_f32_reduce_1_wide(const opgen_lines_call *call, int64_t o
     float dst_lanes[OPGEN_LINES_WIDE_LANES];
     for (int lane = 0; lane < lanes; ++lane) {
         dst_lanes[lane] = (float)-INFINITY;
-    }
-    for (int64_t r = 0; r < length; ++r) {
+    }    for (int64_t r = 0; r < length; ++r) {
         for (int opgen_tile = 0; opgen_tile < lanes; opgen_tile += OPGEN_LINES_LANES) {
             OPGEN_UNROLLED
             for (int opgen_at = opgen_tile; opgen_at < opgen_tile + OPGEN_LINES_LANES; opgen_at += OPGEN_BLOCK) {
@@ -275,8 +273,7 @@ static void reduce_max_bf16_reduce_1_columns(const opgen_lines_call *call, int64
     float dst_lanes[OPGEN_LINES_LANES];
     for (int lane = 0; lane < OPGEN_LINES_LANES; ++lane) {
         dst_lanes[lane] = (float)-INFINITY;
-    }
-    if (lanes == OPGEN_LINES_LANES) {
+    }    if (lanes == OPGEN_LINES_LANES) {
         for (int64_t r = 0; r < length; ++r) {
             OPGEN_UNROLLED
             for (int opgen_at = 0; opgen_at < OPGEN_LINES_LANES; opgen_at += OPGEN_BLOCK) {
@@ -339,8 +336,7 @@ static void reduce_max_bf16_reduce_1_wide(const opgen_lines_call *call, int64_t 
     float dst_lanes[OPGEN_LINES_WIDE_LANES];
     for (int lane = 0; lane < lanes; ++lane) {
         dst_lanes[lane] = (float)-INFINITY;
-    }
-    for (int64_t r = 0; r < length; ++r) {
+    }    for (int64_t r = 0; r < length; ++r) {
         for (int opgen_tile = 0; opgen_tile < lanes; opgen_tile += OPGEN_LINES_LANES) {
             OPGEN_UNROLLED
             for (int opgen_at = opgen_tile; opgen_at < opgen_tile + OPGEN_LINES_LANES; opgen_at += OPGEN_BLOCK) {
@@ -483,8 +479,7 @@ static void reduce_max_f16_reduce_1_columns(const opgen_lines_call *call, int64_
     float dst_lanes[OPGEN_LINES_LANES];
     for (int lane = 0; lane < OPGEN_LINES_LANES; ++lane) {
         dst_lanes[lane] = (float)-INFINITY;
-    }
-    if (lanes == OPGEN_LINES_LANES) {
+    }    if (lanes == OPGEN_LINES_LANES) {
         for (int64_t r = 0; r < length; ++r) {
             OPGEN_UNROLLED
             for (int opgen_at = 0; opgen_at < OPGEN_LINES_LANES; opgen_at += OPGEN_BLOCK) {
@@ -547,8 +542,7 @@ static void reduce_max_f16_reduce_1_wide(const opgen_lines_call *call, int64_t o
     float dst_lanes[OPGEN_LINES_WIDE_LANES];
     for (int lane = 0; lane < lanes; ++lane) {
         dst_lanes[lane] = (float)-INFINITY;
-    }
-    for (int64_t r = 0; r < length; ++r) {
+    }    for (int64_t r = 0; r < length; ++r) {
         for (int opgen_tile = 0; opgen_tile < lanes; opgen_tile += OPGEN_LINES_LANES) {
             OPGEN_UNROLLED
             for (int opgen_at = opgen_tile; opgen_at < opgen_tile + OPGEN_LINES_LANES; opgen_at += OPGEN_BLOCK) {

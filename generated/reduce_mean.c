@@ -67,8 +67,7 @@ static void reduce_mean_f32_reduce_1_columns(const opgen_lines_call *call, int64
     double sum_src_lanes[OPGEN_LINES_LANES];
     for (int lane = 0; lane < OPGEN_LINES_LANES; ++lane) {
         sum_src_lanes[lane] = (double)-0.0;
-    }
-    if (lanes == OPGEN_LINES_LANES) {
+    }    if (lanes == OPGEN_LINES_LANES) {
         for (int64_t r = 0; r < length; ++r) {
             OPGEN_UNROLLED
             for (int opgen_at = 0; opgen_at < OPGEN_LINES_LANES; opgen_at += OPGEN_BLOCK) {
@@ -131,8 +130,7 @@ static void reduce_mean_f32_reduce_1_wide(const opgen_lines_call *call, int64_t 
     double sum_src_lanes[OPGEN_LINES_WIDE_LANES];
     for (int lane = 0; lane < lanes; ++lane) {
         sum_src_lanes[lane] = (double)-0.0;
-    }
-    for (int64_t r = 0; r < length; ++r) {
+    }    for (int64_t r = 0; r < length; ++r) {
         for (int opgen_tile = 0; opgen_tile < lanes; opgen_tile += OPGEN_LINES_LANES) {
             OPGEN_UNROLLED
             for (int opgen_at = opgen_tile; opgen_at < opgen_tile + OPGEN_LINES_LANES; opgen_at += OPGEN_BLOCK) {
@@ -286,8 +284,7 @@ static void reduce_mean_bf16_reduce_1_columns(const opgen_lines_call *call, int6
     double sum_src_lanes[OPGEN_LINES_LANES];
     for (int lane = 0; lane < OPGEN_LINES_LANES; ++lane) {
         sum_src_lanes[lane] = (double)-0.0;
-    }
-    if (lanes == OPGEN_LINES_LANES) {
+    }    if (lanes == OPGEN_LINES_LANES) {
         for (int64_t r = 0; r < length; ++r) {
             OPGEN_UNROLLED
             for (int opgen_at = 0; opgen_at < OPGEN_LINES_LANES; opgen_at += OPGEN_BLOCK) {
@@ -350,8 +347,7 @@ static void reduce_mean_bf16_reduce_1_wide(const opgen_lines_call *call, int64_t
     double sum_src_lanes[OPGEN_LINES_WIDE_LANES];
     for (int lane = 0; lane < lanes; ++lane) {
         sum_src_lanes[lane] = (double)-0.0;
-    }
-    for (int64_t r = 0; r < length; ++r) {
+    }    for (int64_t r = 0; r < length; ++r) {
         for (int opgen_tile = 0; opgen_tile < lanes; opgen_tile += OPGEN_LINES_LANES) {
             OPGEN_UNROLLED
             for (int opgen_at = opgen_tile; opgen_at < opgen_tile + OPGEN_LINES_LANES; opgen_at += OPGEN_BLOCK) {
@@ -505,8 +501,7 @@ static void reduce_mean_f16_reduce_1_columns(const opgen_lines_call *call, int64
     double sum_src_lanes[OPGEN_LINES_LANES];
     for (int lane = 0; lane < OPGEN_LINES_LANES; ++lane) {
         sum_src_lanes[lane] = (double)-0.0;
-    }
-    if (lanes == OPGEN_LINES_LANES) {
+    }    if (lanes == OPGEN_LINES_LANES) {
         for (int64_t r = 0; r < length; ++r) {
             OPGEN_UNROLLED
             for (int opgen_at = 0; opgen_at < OPGEN_LINES_LANES; opgen_at += OPGEN_BLOCK) {
@@ -569,8 +564,7 @@ static void reduce_mean_f16_reduce_1_wide(const opgen_lines_call *call, int64_t 
     double sum_src_lanes[OPGEN_LINES_WIDE_LANES];
     for (int lane = 0; lane < lanes; ++lane) {
         sum_src_lanes[lane] = (double)-0.0;
-    }
-    for (int64_t r = 0; r < length; ++r) {
+    }    for (int64_t r = 0; r < length; ++r) {
         for (int opgen_tile = 0; opgen_tile < lanes; opgen_tile += OPGEN_LINES_LANES) {
             OPGEN_UNROLLED
             for (int opgen_at = opgen_tile; opgen_at < opgen_tile + OPGEN_LINES_LANES; opgen_at += OPGEN_BLOCK) {

@@ -67,8 +67,7 @@ static void soft_max_f32_reduce_1_columns(const opgen_lines_call *call, int64_t 
     float max_src_lanes[OPGEN_LINES_LANES];
     for (int lane = 0; lane < OPGEN_LINES_LANES; ++lane) {
         max_src_lanes[lane] = (float)-INFINITY;
-    }
-    if (lanes == OPGEN_LINES_LANES) {
+    }    if (lanes == OPGEN_LINES_LANES) {
         for (int64_t r = 0; r < length; ++r) {
             OPGEN_UNROLLED
             for (int opgen_at = 0; opgen_at < OPGEN_LINES_LANES; opgen_at += OPGEN_BLOCK) {
@@ -131,8 +130,7 @@ static void soft_max_f32_reduce_1_wide(const opgen_lines_call *call, int64_t out
     float max_src_lanes[OPGEN_LINES_WIDE_LANES];
     for (int lane = 0; lane < lanes; ++lane) {
         max_src_lanes[lane] = (float)-INFINITY;
-    }
-    for (int64_t r = 0; r < length; ++r) {
+    }    for (int64_t r = 0; r < length; ++r) {
         for (int opgen_tile = 0; opgen_tile < lanes; opgen_tile += OPGEN_LINES_LANES) {
             OPGEN_UNROLLED
             for (int opgen_at = opgen_tile; opgen_at < opgen_tile + OPGEN_LINES_LANES; opgen_at += OPGEN_BLOCK) {
@@ -222,8 +220,7 @@ static void soft_max_f32_reduce_2_columns(const opgen_lines_call *call, int64_t 
     double sum_exp_lanes[OPGEN_LINES_LANES];
     for (int lane = 0; lane < OPGEN_LINES_LANES; ++lane) {
         sum_exp_lanes[lane] = (double)-0.0;
-    }
-    if (lanes == OPGEN_LINES_LANES) {
+    }    if (lanes == OPGEN_LINES_LANES) {
         for (int64_t r = 0; r < length; ++r) {
             OPGEN_UNROLLED
             for (int opgen_at = 0; opgen_at < OPGEN_LINES_LANES; opgen_at += OPGEN_BLOCK) {
@@ -293,7 +290,6 @@ static void soft_max_f32_reduce_2_wide(const opgen_lines_call *call, int64_t out
 {
     const int64_t length = call->length, inner = call->inner;
     const float *src = (const float *)call->tensors[0] + outer_index * length * inner + position;
-    float *dst = (float *)call->tensors[1] + outer_index * length * inner + position;
     const float count = (float)call->count;
     (void)count;
     float max_src_line_lanes[OPGEN_LINES_WIDE_LANES]; /* every lane read set, not cleared first: see Reduction */
@@ -303,23 +299,19 @@ static void soft_max_f32_reduce_2_wide(const opgen_lines_call *call, int64_t out
     double sum_exp_lanes[OPGEN_LINES_WIDE_LANES];
     for (int lane = 0; lane < lanes; ++lane) {
         sum_exp_lanes[lane] = (double)-0.0;
-    }
-    for (int64_t r = 0; r < length; ++r) {
+    }    for (int64_t r = 0; r < length; ++r) {
         for (int opgen_tile = 0; opgen_tile < lanes; opgen_tile += OPGEN_LINES_LANES) {
             OPGEN_UNROLLED
             for (int opgen_at = opgen_tile; opgen_at < opgen_tile + OPGEN_LINES_LANES; opgen_at += OPGEN_BLOCK) {
                 float src_block[OPGEN_BLOCK];
                 opgen_load_block_f32(src_block, src + r * inner + opgen_at, 0);
-                float dst_block[OPGEN_BLOCK];
                 OPGEN_SIMD_FLOAT
                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                     const float src_value = (float)src_block[lane];
                     const float max_src_line = max_src_line_lanes[opgen_at + lane];
                     const float sum_exp_term = opgen_exp_linef((src_value - max_src_line));
                     sum_exp_lanes[opgen_at + lane] = sum_exp_lanes[opgen_at + lane] + (double)sum_exp_term;
-                    dst_block[lane] = sum_exp_term;
                 }
-                opgen_store_block_f32(dst + r * inner + opgen_at, dst_block, 0);
             }
         }
     }
@@ -458,7 +450,7 @@ OPGEN_MICROKERNEL void soft_max_f32_apply_columns_of(const opgen_lines_call *cal
     }
 }
 
-/* the elements of `lanes` neighbouring lines, one per lane: a wide tile;
+/* the elements of `lanes` neighbouring lines, one per lane: a wide tile, its kept terms computed again;
  * `opgen_stream` a constant in each caller (_apply_wide) */
 OPGEN_MICROKERNEL void soft_max_f32_apply_wide_of(const opgen_lines_call *call, int64_t outer_index, int64_t position,
                                                  int lanes, double *values, double *opgen_across, int opgen_stream)
@@ -467,10 +459,14 @@ OPGEN_MICROKERNEL void soft_max_f32_apply_wide_of(const opgen_lines_call *call, 
     (void)opgen_stream;
     const int64_t length = call->length, inner = call->inner;
     const int64_t start = outer_index * length * inner + position;
-    const float *dst_kept = (const float *)call->tensors[1] + start;
+    const float *src = (const float *)call->tensors[0] + start;
     float *dst = (float *)call->tensors[1] + start;
     const float count = (float)call->count;
     (void)count;
+    float max_src_line_lanes[OPGEN_LINES_WIDE_LANES]; /* every lane read set, not cleared first: see Reduction */
+    for (int lane = 0; lane < lanes; ++lane) {
+        max_src_line_lanes[lane] = lane < lanes ? (float)values[lane * 3 + 0] : 0;
+    }
     float inv_sum_line_lanes[OPGEN_LINES_WIDE_LANES]; /* every lane read set, not cleared first: see Reduction */
     for (int lane = 0; lane < lanes; ++lane) {
         inv_sum_line_lanes[lane] = lane < lanes ? (float)values[lane * 3 + 2] : 0;
@@ -479,17 +475,18 @@ OPGEN_MICROKERNEL void soft_max_f32_apply_wide_of(const opgen_lines_call *call, 
         for (int opgen_tile = 0; opgen_tile < lanes; opgen_tile += OPGEN_LINES_LANES) {
             OPGEN_UNROLLED
             for (int opgen_at = opgen_tile; opgen_at < opgen_tile + OPGEN_LINES_LANES; opgen_at += OPGEN_BLOCK) {
-                float dst_kept_block[OPGEN_BLOCK];
-                opgen_load_block_f32(dst_kept_block, dst_kept + r * inner + opgen_at, 0);
+                float src_block[OPGEN_BLOCK];
+                opgen_load_block_f32(src_block, src + r * inner + opgen_at, 0);
                 float dst_block[OPGEN_BLOCK];
                 OPGEN_SIMD_FLOAT
                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    const float src_value = (float)src_block[lane];
+                    const float max_src_line = max_src_line_lanes[opgen_at + lane];
                     const float inv_sum_line = inv_sum_line_lanes[opgen_at + lane];
-                    const float dst_kept_value = dst_kept_block[lane];
-                    const float dst_value = (dst_kept_value * inv_sum_line);
+                    const float dst_value = (opgen_exp_linef((src_value - max_src_line)) * inv_sum_line);
                     dst_block[lane] = (float)dst_value;
                 }
-                opgen_store_block_f32(dst + r * inner + opgen_at, dst_block, 0);
+                opgen_store_block_f32(dst + r * inner + opgen_at, dst_block, opgen_stream);
             }
         }
     }
@@ -792,8 +789,7 @@ static void soft_max_bf16_reduce_1_columns(const opgen_lines_call *call, int64_t
     float max_src_lanes[OPGEN_LINES_LANES];
     for (int lane = 0; lane < OPGEN_LINES_LANES; ++lane) {
         max_src_lanes[lane] = (float)-INFINITY;
-    }
-    if (lanes == OPGEN_LINES_LANES) {
+    }    if (lanes == OPGEN_LINES_LANES) {
         for (int64_t r = 0; r < length; ++r) {
             OPGEN_UNROLLED
             for (int opgen_at = 0; opgen_at < OPGEN_LINES_LANES; opgen_at += OPGEN_BLOCK) {
@@ -856,8 +852,7 @@ static void soft_max_bf16_reduce_1_wide(const opgen_lines_call *call, int64_t ou
     float max_src_lanes[OPGEN_LINES_WIDE_LANES];
     for (int lane = 0; lane < lanes; ++lane) {
         max_src_lanes[lane] = (float)-INFINITY;
-    }
-    for (int64_t r = 0; r < length; ++r) {
+    }    for (int64_t r = 0; r < length; ++r) {
         for (int opgen_tile = 0; opgen_tile < lanes; opgen_tile += OPGEN_LINES_LANES) {
             OPGEN_UNROLLED
             for (int opgen_at = opgen_tile; opgen_at < opgen_tile + OPGEN_LINES_LANES; opgen_at += OPGEN_BLOCK) {
@@ -950,8 +945,7 @@ static void soft_max_bf16_reduce_2_columns(const opgen_lines_call *call, int64_t
     double sum_exp_lanes[OPGEN_LINES_LANES];
     for (int lane = 0; lane < OPGEN_LINES_LANES; ++lane) {
         sum_exp_lanes[lane] = (double)-0.0;
-    }
-    if (lanes == OPGEN_LINES_LANES) {
+    }    if (lanes == OPGEN_LINES_LANES) {
         for (int64_t r = 0; r < length; ++r) {
             OPGEN_UNROLLED
             for (int opgen_at = 0; opgen_at < OPGEN_LINES_LANES; opgen_at += OPGEN_BLOCK) {
@@ -1021,8 +1015,7 @@ static void soft_max_bf16_reduce_2_wide(const opgen_lines_call *call, int64_t ou
     double sum_exp_lanes[OPGEN_LINES_WIDE_LANES];
     for (int lane = 0; lane < lanes; ++lane) {
         sum_exp_lanes[lane] = (double)-0.0;
-    }
-    for (int64_t r = 0; r < length; ++r) {
+    }    for (int64_t r = 0; r < length; ++r) {
         for (int opgen_tile = 0; opgen_tile < lanes; opgen_tile += OPGEN_LINES_LANES) {
             OPGEN_UNROLLED
             for (int opgen_at = opgen_tile; opgen_at < opgen_tile + OPGEN_LINES_LANES; opgen_at += OPGEN_BLOCK) {
@@ -1562,8 +1555,7 @@ static void soft_max_f16_reduce_1_columns(const opgen_lines_call *call, int64_t 
     float max_src_lanes[OPGEN_LINES_LANES];
     for (int lane = 0; lane < OPGEN_LINES_LANES; ++lane) {
         max_src_lanes[lane] = (float)-INFINITY;
-    }
-    if (lanes == OPGEN_LINES_LANES) {
+    }    if (lanes == OPGEN_LINES_LANES) {
         for (int64_t r = 0; r < length; ++r) {
             OPGEN_UNROLLED
             for (int opgen_at = 0; opgen_at < OPGEN_LINES_LANES; opgen_at += OPGEN_BLOCK) {
@@ -1626,8 +1618,7 @@ static void soft_max_f16_reduce_1_wide(const opgen_lines_call *call, int64_t out
     float max_src_lanes[OPGEN_LINES_WIDE_LANES];
     for (int lane = 0; lane < lanes; ++lane) {
         max_src_lanes[lane] = (float)-INFINITY;
-    }
-    for (int64_t r = 0; r < length; ++r) {
+    }    for (int64_t r = 0; r < length; ++r) {
         for (int opgen_tile = 0; opgen_tile < lanes; opgen_tile += OPGEN_LINES_LANES) {
             OPGEN_UNROLLED
             for (int opgen_at = opgen_tile; opgen_at < opgen_tile + OPGEN_LINES_LANES; opgen_at += OPGEN_BLOCK) {
@@ -1720,8 +1711,7 @@ static void soft_max_f16_reduce_2_columns(const opgen_lines_call *call, int64_t 
     double sum_exp_lanes[OPGEN_LINES_LANES];
     for (int lane = 0; lane < OPGEN_LINES_LANES; ++lane) {
         sum_exp_lanes[lane] = (double)-0.0;
-    }
-    if (lanes == OPGEN_LINES_LANES) {
+    }    if (lanes == OPGEN_LINES_LANES) {
         for (int64_t r = 0; r < length; ++r) {
             OPGEN_UNROLLED
             for (int opgen_at = 0; opgen_at < OPGEN_LINES_LANES; opgen_at += OPGEN_BLOCK) {
@@ -1791,8 +1781,7 @@ static void soft_max_f16_reduce_2_wide(const opgen_lines_call *call, int64_t out
     double sum_exp_lanes[OPGEN_LINES_WIDE_LANES];
     for (int lane = 0; lane < lanes; ++lane) {
         sum_exp_lanes[lane] = (double)-0.0;
-    }
-    for (int64_t r = 0; r < length; ++r) {
+    }    for (int64_t r = 0; r < length; ++r) {
         for (int opgen_tile = 0; opgen_tile < lanes; opgen_tile += OPGEN_LINES_LANES) {
             OPGEN_UNROLLED
             for (int opgen_at = opgen_tile; opgen_at < opgen_tile + OPGEN_LINES_LANES; opgen_at += OPGEN_BLOCK) {

@@ -86,8 +86,7 @@ static void soft_max_backward_f32_reduce_1_columns(const opgen_lines_call *call,
     double dot_lanes[OPGEN_LINES_LANES];
     for (int lane = 0; lane < OPGEN_LINES_LANES; ++lane) {
         dot_lanes[lane] = (double)-0.0;
-    }
-    if (lanes == OPGEN_LINES_LANES) {
+    }    if (lanes == OPGEN_LINES_LANES) {
         for (int64_t r = 0; r < length; ++r) {
             OPGEN_UNROLLED
             for (int opgen_at = 0; opgen_at < OPGEN_LINES_LANES; opgen_at += OPGEN_BLOCK) {
@@ -160,8 +159,7 @@ static void soft_max_backward_f32_reduce_1_wide(const opgen_lines_call *call, in
     double dot_lanes[OPGEN_LINES_WIDE_LANES];
     for (int lane = 0; lane < lanes; ++lane) {
         dot_lanes[lane] = (double)-0.0;
-    }
-    for (int64_t r = 0; r < length; ++r) {
+    }    for (int64_t r = 0; r < length; ++r) {
         for (int opgen_tile = 0; opgen_tile < lanes; opgen_tile += OPGEN_LINES_LANES) {
             OPGEN_UNROLLED
             for (int opgen_at = opgen_tile; opgen_at < opgen_tile + OPGEN_LINES_LANES; opgen_at += OPGEN_BLOCK) {
@@ -720,8 +718,7 @@ static void soft_max_backward_bf16_reduce_1_columns(const opgen_lines_call *call
     double dot_lanes[OPGEN_LINES_LANES];
     for (int lane = 0; lane < OPGEN_LINES_LANES; ++lane) {
         dot_lanes[lane] = (double)-0.0;
-    }
-    if (lanes == OPGEN_LINES_LANES) {
+    }    if (lanes == OPGEN_LINES_LANES) {
         for (int64_t r = 0; r < length; ++r) {
             OPGEN_UNROLLED
             for (int opgen_at = 0; opgen_at < OPGEN_LINES_LANES; opgen_at += OPGEN_BLOCK) {
@@ -794,8 +791,7 @@ static void soft_max_backward_bf16_reduce_1_wide(const opgen_lines_call *call, i
     double dot_lanes[OPGEN_LINES_WIDE_LANES];
     for (int lane = 0; lane < lanes; ++lane) {
         dot_lanes[lane] = (double)-0.0;
-    }
-    for (int64_t r = 0; r < length; ++r) {
+    }    for (int64_t r = 0; r < length; ++r) {
         for (int opgen_tile = 0; opgen_tile < lanes; opgen_tile += OPGEN_LINES_LANES) {
             OPGEN_UNROLLED
             for (int opgen_at = opgen_tile; opgen_at < opgen_tile + OPGEN_LINES_LANES; opgen_at += OPGEN_BLOCK) {
@@ -1354,8 +1350,7 @@ static void soft_max_backward_f16_reduce_1_columns(const opgen_lines_call *call,
     double dot_lanes[OPGEN_LINES_LANES];
     for (int lane = 0; lane < OPGEN_LINES_LANES; ++lane) {
         dot_lanes[lane] = (double)-0.0;
-    }
-    if (lanes == OPGEN_LINES_LANES) {
+    }    if (lanes == OPGEN_LINES_LANES) {
         for (int64_t r = 0; r < length; ++r) {
             OPGEN_UNROLLED
             for (int opgen_at = 0; opgen_at < OPGEN_LINES_LANES; opgen_at += OPGEN_BLOCK) {
@@ -1428,8 +1423,7 @@ static void soft_max_backward_f16_reduce_1_wide(const opgen_lines_call *call, in
     double dot_lanes[OPGEN_LINES_WIDE_LANES];
     for (int lane = 0; lane < lanes; ++lane) {
         dot_lanes[lane] = (double)-0.0;
-    }
-    for (int64_t r = 0; r < length; ++r) {
+    }    for (int64_t r = 0; r < length; ++r) {
         for (int opgen_tile = 0; opgen_tile < lanes; opgen_tile += OPGEN_LINES_LANES) {
             OPGEN_UNROLLED
             for (int opgen_at = opgen_tile; opgen_at < opgen_tile + OPGEN_LINES_LANES; opgen_at += OPGEN_BLOCK) {

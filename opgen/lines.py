@@ -162,6 +162,12 @@ class LinesKernel:
     # the element entries in float, each block's first try where compute is the wide type (module
     # docstring); () where the elements run in the compute type alone
     float_elements: tuple[Element, ...] = ()
+    # where outputs keep a pass's terms (kept_reads): the element entries that compute those
+    # terms afresh, and what they read, for wide tiles (streamed calls: outputs not read back,
+    # each block streamed); the same bits, the terms being the same floats; else ()
+    fresh_elements: tuple[Element, ...] = ()
+    fresh_reads: tuple[Operand, ...] = ()
+    fresh_line_reads: tuple[tuple[str, int], ...] = ()
 
     @property
     def short_lines(self) -> bool:
@@ -293,23 +299,20 @@ def kernel(spec: OpSpec, name: str, row: dict[str, str], constants: dict[str, bo
 
     before, reductions, after = _line_steps(spec, operands, writer, folded, compute, accumulate)
     pass_count = len(reductions)
-    passes = []
-    for k in range(1, pass_count + 1):
-        reads, line_reads = operand_reads([tree for _, tree in reductions[k]])
-        vector_terms = _vector_sums(reductions[k], operands, writer, compute)
-        passes.append(Pass(k, tuple(r for r, _ in reductions[k]), reads, line_reads, tuple(after[k]), (), vector_terms))
+    passes = [
+        _pass(k, reductions[k], after[k], operand_reads, operands, writer, compute) for k in range(1, pass_count + 1)
+    ]
 
     output_operands = {t.name: operands[t.name] for t in spec.outputs}
+    live = _live_elements(spec, folded)
     element_trees, scratch_trees, kept, scratch = _keeping(
-        spec, dtypes, operands, compute, _live_elements(spec, folded), passes, reductions, writer
+        spec, dtypes, operands, compute, live, passes, reductions, writer
     )
     across_trees = [(e.name, folded(e)) for e in spec.math.get("across", ())]
     element_reads, element_line_reads = operand_reads([t for _, t in element_trees + across_trees])
     scratch_reads = operand_reads([t for _, t in scratch_trees + across_trees])[0] if scratch else ()
-    across = tuple(
-        Reduction(n, k, "across_sum", accumulate, f"({accumulate})0", writer.c_text(t, compute), compute)
-        for k, (n, t) in enumerate(across_trees)
-    )
+    fresh_reads, fresh_line_reads = operand_reads([t for _, t in live + across_trees] if kept else [])  # (wide tiles)
+    across = _across_sums(across_trees, writer, compute, accumulate)
     float_outputs = all(output_operands[n].c_type == "float" for n, _ in element_trees if n in output_operands)
     vector_math = _vector_double(element_trees + across_trees, operands, writer, compute) if float_outputs else ()
     checks = _nonpositive_checks([t for _, t in element_trees], tuple(operands[t.name] for t in spec.inputs))
@@ -348,6 +351,9 @@ def kernel(spec: OpSpec, name: str, row: dict[str, str], constants: dict[str, bo
         scratch_reads=scratch_reads,
         nonpositive_checks=checks,
         float_elements=float_elements,
+        fresh_elements=tuple(_elements(live if kept else [], writer, compute, output_operands, checks)),
+        fresh_reads=fresh_reads,
+        fresh_line_reads=fresh_line_reads,
     )
 
 
@@ -445,6 +451,31 @@ def _elements(
         elements.append(Element(entry, writer.c_text(tree, compute), outputs.get(entry), c_nonpositive))
         writer.element_spelling[entry] = f"{entry}_value"
     return elements
+
+
+def _pass(
+    index: int,
+    reductions: list[tuple[Reduction, ast.expr]],
+    after: list[LineStep],
+    operand_reads: Callable[[list[ast.expr]], tuple[tuple[Operand, ...], tuple[tuple[str, int], ...]]],
+    operands: dict[str, Operand],
+    writer: _Writer,
+    compute: str,
+) -> Pass:
+    """Reduction pass `index`: its reductions, what their terms read, the line values after it."""
+    reads, line_reads = operand_reads([tree for _, tree in reductions])
+    vector_terms = _vector_sums(reductions, operands, writer, compute)
+    return Pass(index, tuple(r for r, _ in reductions), reads, line_reads, tuple(after), (), vector_terms)
+
+
+def _across_sums(
+    across_trees: list[tuple[str, ast.expr]], writer: _Writer, compute: str, accumulate: str
+) -> tuple[Reduction, ...]:
+    """The sums across lines (`math.across`), each term in the compute type."""
+    return tuple(
+        Reduction(n, k, "across_sum", accumulate, f"({accumulate})0", writer.c_text(t, compute), compute)
+        for k, (n, t) in enumerate(across_trees)
+    )
 
 
 def _exp_count(
